@@ -1,0 +1,33 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+let package = Package(
+    name: "EffectLoop",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "LoopCore", targets: ["LoopCore"]),
+        .library(name: "EffectHandlers", targets: ["EffectHandlers"]),
+        .library(name: "EventSources", targets: ["EventSources"]),
+        .library(name: "LoopRuntime", targets: ["LoopRuntime"]),
+        .library(name: "LoopTesting", targets: ["LoopTesting"]),
+    ],
+    targets: [
+        .target(name: "LoopCore"),
+        .target(name: "EffectHandlers", dependencies: ["LoopCore"]),
+        .target(name: "EventSources", dependencies: ["LoopCore"]),
+        .target(name: "LoopRuntime", dependencies: ["LoopCore", "EffectHandlers", "EventSources"]),
+        .target(name: "LoopTesting", dependencies: ["LoopCore"]),
+        .testTarget(name: "LoopCoreTests", dependencies: ["LoopCore"]),
+        .testTarget(name: "LoopTestingTests", dependencies: ["LoopCore", "LoopTesting"]),
+    ],
+    swiftLanguageModes: [.v6]
+)
+
+for target in package.targets {
+    target.swiftSettings =
+        (target.swiftSettings ?? []) + [
+            .enableUpcomingFeature("ExistentialAny"),
+            .enableUpcomingFeature("InternalImportsByDefault"),
+            .enableUpcomingFeature("MemberImportVisibility"),
+        ]
+}
