@@ -5,7 +5,8 @@ extension Update {
     /// the effects of each event in turn. Replaying the same events from the same start always gives
     /// the same result, which is what makes a recorded journal of events reproducible.
     @inlinable
-    public func replay(from first: consuming First<State, Effect>, events: some Sequence<Event>) -> Next<State, Effect> {
+    public func replay(from first: consuming First<State, Effect>, events: some Sequence<Event>) -> Next<State, Effect>
+    {
         var effects = first.effects
         var machine = Machine(state: first.state, update: self)
         _ = consume first

@@ -20,7 +20,9 @@ struct StructuralDiff {
         }
         let expectedMirror = Mirror(reflecting: expected)
         let actualMirror = Mirror(reflecting: actual)
-        if depth >= Self.maximumDepth || (expectedMirror.children.isEmpty && actualMirror.children.isEmpty) {
+        if depth >= Self.maximumDepth || (expectedMirror.children.isEmpty && actualMirror.children.isEmpty)
+            || Rendering.isDescribedByItself(expected, expectedMirror)
+        {
             if expectedRendering != actualRendering { record(path, expectedRendering, actualRendering) }
             return
         }
@@ -57,7 +59,11 @@ struct StructuralDiff {
         } else {
             omitted += 1
             let summary = Difference(path: "…", expected: "\(omitted) more differences", actual: "not listed")
-            if found.count == Self.maximumDifferences { found.append(summary) } else { found[found.count - 1] = summary }
+            if found.count == Self.maximumDifferences {
+                found.append(summary)
+            } else {
+                found[found.count - 1] = summary
+            }
         }
     }
 

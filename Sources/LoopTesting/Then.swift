@@ -30,7 +30,8 @@ public struct Then<State, Effect>: Sendable {
         _ predicate: @escaping @Sendable (State) -> Bool
     ) -> Then {
         Then { next in
-            predicate(next.state) ? [] : [Difference(path: "state", expected: description, actual: Rendering.of(next.state))]
+            predicate(next.state)
+                ? [] : [Difference(path: "state", expected: description, actual: Rendering.of(next.state))]
         }
     }
 
@@ -69,7 +70,9 @@ extension Then where Effect: Equatable & Sendable {
     public static func effectsInAnyOrder(_ expected: [Effect]) -> Then {
         Then { next in
             let (missing, unexpected) = Self.unmatched(expected, next.effects)
-            return missing.map { Difference(path: "effects (any order)", expected: Rendering.of($0), actual: Rendering.nothing) }
+            return missing.map {
+                Difference(path: "effects (any order)", expected: Rendering.of($0), actual: Rendering.nothing)
+            }
                 + unexpected.map {
                     Difference(path: "effects (any order)", expected: Rendering.nothing, actual: Rendering.of($0))
                 }

@@ -13,14 +13,25 @@ import Testing
             state *= 10
             return ["second saw \(state)", "second again"]
         }
-        #expect(Update.combine(first, second)(1, 2) == .next(30, effects: ["first saw 3", "second saw 30", "second again"]))
-        #expect(Update.combine(second, first)(1, 2) == .next(12, effects: ["second saw 10", "second again", "first saw 12"]))
+        #expect(
+            Update.combine(first, second)(1, 2) == .next(30, effects: ["first saw 3", "second saw 30", "second again"])
+        )
+        #expect(
+            Update.combine(second, first)(1, 2)
+                == .next(12, effects: ["second saw 10", "second again", "first saw 12"])
+        )
         #expect(Update<Int, Int, String>.combine([])(7, 1) == .noChange(7))
     }
 
     @Test func embedAppliesChildEventsToTheChildStateAndLiftsItsEffects() {
         let next = App.main(State(), .main(.add(4)))
-        #expect(next == .next(State(main: Counter.State(count: 4, history: [4])), effects: [.main(.log("4")), .main(.persist(4))]))
+        #expect(
+            next
+                == .next(
+                    State(main: Counter.State(count: 4, history: [4])),
+                    effects: [.main(.log("4")), .main(.persist(4))]
+                )
+        )
     }
 
     @Test func embedIgnoresEventsOfOtherChildren() {

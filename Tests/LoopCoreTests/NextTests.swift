@@ -9,13 +9,18 @@ import Testing
         let state = State(count: 2, history: [1, 2])
         #expect(Next<State, Effect>.next(state, effects: [.log("2")]) == Next(state: state, effects: [.log("2")]))
         #expect(Next<State, Effect>.next(state) == Next(state: state, effects: []))
-        #expect(Next<State, Effect>.dispatch([.persist(2)], keeping: state) == Next(state: state, effects: [.persist(2)]))
+        #expect(
+            Next<State, Effect>.dispatch([.persist(2)], keeping: state) == Next(state: state, effects: [.persist(2)])
+        )
         #expect(Next<State, Effect>.noChange(state) == Next(state: state, effects: []))
     }
 
     @Test func equalityComparesStateAndEffectsInOrder() {
         let state = State(count: 1)
-        #expect(Next<State, Effect>.next(state, effects: [.log("a"), .log("b")]) != .next(state, effects: [.log("b"), .log("a")]))
+        #expect(
+            Next<State, Effect>.next(state, effects: [.log("a"), .log("b")])
+                != .next(state, effects: [.log("b"), .log("a")])
+        )
         #expect(Next<State, Effect>.next(state) != .next(State(count: 2)))
         #expect(Next<State, Effect>.next(state).hasEffects == false)
         #expect(Next<State, Effect>.next(state, effects: [.log("a")]).hasEffects)
