@@ -1,0 +1,49 @@
+/// Whether a loop took an event that was sent to it.
+public enum Delivery: Hashable, Sendable, CustomStringConvertible {
+    /// The event is queued and will be processed in arrival order.
+    case accepted
+    /// The event was not taken, for the reason given; nothing of it was processed.
+    case rejected(Rejection)
+
+    /// Whether the event was taken.
+    @inlinable
+    public var isAccepted: Bool {
+        if case .accepted = self { true } else { false }
+    }
+
+    /// `accepted`, or `rejected: <reason>`.
+    public var description: String {
+        switch self {
+        case .accepted: "accepted"
+        case .rejected(let rejection): "rejected: \(rejection)"
+        }
+    }
+}
+
+/// Why a loop did not take an event.
+public struct Rejection: Error, Hashable, Sendable, CustomStringConvertible {
+    private enum Code: Hashable, Sendable {
+        case stopping
+        case stopped
+        case inboxFull
+    }
+
+    private let code: Code
+
+    /// The loop is shutting down: it takes no new events from outside, only the results of effects
+    /// still in flight.
+    public static let stopping = Rejection(code: .stopping)
+    /// The loop has stopped; it takes no events at all.
+    public static let stopped = Rejection(code: .stopped)
+    /// The loop's inbox is bounded and full, and its policy rejects the newest event.
+    public static let inboxFull = Rejection(code: .inboxFull)
+
+    /// A sentence saying why.
+    public var description: String {
+        switch code {
+        case .stopping: "the loop is stopping and takes no new events"
+        case .stopped: "the loop has stopped"
+        case .inboxFull: "the loop's inbox is full"
+        }
+    }
+}

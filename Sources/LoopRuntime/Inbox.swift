@@ -1,0 +1,32 @@
+/// A first-in first-out queue with O(1) amortised append and removal at the front.
+///
+/// Two stacks: new elements go on `incoming`; the front is the end of `outgoing`, refilled by reversing
+/// `incoming` when it runs out.
+struct Inbox<Element> {
+    private var incoming: [Element] = []
+    private var outgoing: [Element] = []
+
+    var count: Int { incoming.count + outgoing.count }
+    var isEmpty: Bool { incoming.isEmpty && outgoing.isEmpty }
+
+    mutating func append(_ element: Element) {
+        incoming.append(element)
+    }
+
+    mutating func popFirst() -> Element? {
+        if outgoing.isEmpty {
+            guard !incoming.isEmpty else { return nil }
+            outgoing = incoming.reversed()
+            incoming.removeAll(keepingCapacity: true)
+        }
+        return outgoing.popLast()
+    }
+
+    /// Empties the queue, returning its elements in order.
+    mutating func removeAll() -> [Element] {
+        let all = outgoing.reversed() + incoming
+        incoming = []
+        outgoing = []
+        return all
+    }
+}

@@ -1,0 +1,545 @@
+public import EffectHandlers
+public import EventSources
+public import LoopCore
+internal import Synchronization
+
+/// Runs a program: processes its events one at a time, performs its effects through the router's
+/// handlers, and feeds its event sources in.
+///
+/// ```swift
+/// let loop = Loop(
+///     program: Program(first: First(state: State()), update: Update(Worker.update)),
+///     effects: EffectRouter<Effect, Event>().route({ $0 }, to: WorkerHandler(services: services)),
+///     sources: [SignalSource([.terminate]) { _ in .shutdown }]
+/// )
+/// loop.send(.submitted(job))           // from any thread; never waits
+/// try await loop.run()                 // until stop(gracePeriod:) or task cancellation
+/// ```
+///
+/// - **Ordering.** Events are processed strictly one at a time, in the order they were taken. An event
+///   sent while another is being processed (by an observer, a handler or a source) is queued behind
+///   it, never processed re-entrantly. The update runs on the thread that found the loop idle.
+/// - **Sending.** ``send(_:)`` is synchronous, thread-safe, and never waits for effects; it returns
+///   whether the event was taken. Nothing a caller does can crash the loop.
+/// - **Effects.** Those of one event start in the order listed: synchronous handlers inline, right
+///   after the update; asynchronous handlers in child tasks of the task group ``run()`` owns,
+///   scheduled by each effect's ``EffectHandlers/EffectLifecycle``.
+/// - **Lifecycle.** ``run()`` runs the loop once, in structured concurrency. ``stop(gracePeriod:)``
+///   shuts it down gracefully; cancelling the task running ``run()`` stops it at once.
+public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
+    private let storage: Mutex<LoopEngine<State, Event, Effect>>
+    private let firstEffects: [Effect]
+    private let router: EffectRouter<Effect, Event>
+    private let sources: [any EventSource<Event>]
+    private let observer: (any LoopObserver<Event, Effect>)?
+    private let clock: any Clock<Duration>
+    private let identifiers = Atomic<UInt64>(0)
+    private let syncStarted = Atomic<Int>(0)
+    private let syncCompleted = Atomic<Int>(0)
+    private let syncFailed = Atomic<Int>(0)
+
+    /// Creates a loop for `program`.
+    ///
+    /// - Parameters:
+    ///   - program: the start and the update.
+    ///   - router: how each effect is performed.
+    ///   - sources: event sources, run while the loop runs.
+    ///   - inbox: how many events may wait, and what happens beyond (unbounded by default).
+    ///   - observer: receives everything the loop does; ``LoopLogger`` prints it.
+    ///   - clock: the clock effect timeouts and the shutdown grace period are measured on.
+    public init(
+        program: Program<State, Event, Effect>,
+        effects router: EffectRouter<Effect, Event>,
+        sources: [any EventSource<Event>] = [],
+        inbox: InboxPolicy = .unbounded,
+        observer: (any LoopObserver<Event, Effect>)? = nil,
+        clock: any Clock<Duration> = ContinuousClock()
+    ) {
+        let first = program.first
+        self.storage = Mutex(
+            LoopEngine(
+                machine: Machine(state: first.state, update: program.update),
+                policy: inbox,
+                timed: observer != nil
+            )
+        )
+        self.firstEffects = first.effects
+        self.router = router
+        self.sources = sources
+        self.observer = observer
+        self.clock = clock
+    }
+
+    // MARK: Sending
+
+    /// Sends `event` to the loop from outside; returns whether it was taken.
+    ///
+    /// Never waits: if the loop is idle the event is processed on this thread before `send` returns,
+    /// otherwise it is queued. Rejected, with the reason, once the loop is stopping or stopped, or
+    /// when a bounded inbox is full and its policy rejects.
+    @discardableResult
+    public func send(_ event: Event) -> Delivery {
+        receive(event, from: .outside)
+    }
+
+    /// Sends `event`, waiting for room while a bounded inbox with the ``InboxPolicy/Overflow/suspendSender``
+    /// policy is full. With any other policy, the same as ``send(_:)``.
+    ///
+    /// If the waiting task is cancelled, or the loop stops while it waits, the event is rejected.
+    @discardableResult
+    public func sendWaitingForRoom(_ event: Event) async -> Delivery {
+        let id = identifiers.add(1, ordering: .relaxed).newValue
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Delivery, Never>) in
+                let reception = storage.withLock { engine -> LoopEngine<State, Event, Effect>.Reception? in
+                    guard !Task.isCancelled, engine.mustWait(for: event) else {
+                        return engine.receive(event, from: .outside)
+                    }
+                    engine.enqueueWaitingSender(id, event, continuation)
+                    return nil
+                }
+                if let reception { continuation.resume(returning: conclude(reception, event)) }
+            }
+        } onCancel: {
+            if let waiter = storage.withLock({ $0.removeWaitingSender(id) }) {
+                observer?.observe(.eventRejected(event, reason: .inboxFull))
+                waiter.resume(returning: .rejected(.inboxFull))
+            }
+        }
+    }
+
+    private func receive(_ event: Event, from origin: Origin) -> Delivery {
+        conclude(storage.withLock { $0.receive(event, from: origin) }, event)
+    }
+
+    private func conclude(_ reception: LoopEngine<State, Event, Effect>.Reception, _ event: Event) -> Delivery {
+        switch reception {
+        case .queued:
+            return .accepted
+        case .process(let step):
+            drain(from: step)
+            return .accepted
+        case .droppedOldest(let oldest):
+            observer?.observe(.eventDropped(oldest))
+            return .accepted
+        case .rejected(let rejection):
+            observer?.observe(.eventRejected(event, reason: rejection))
+            return .rejected(rejection)
+        }
+    }
+
+    /// What handlers send through: accepted while the loop is stopping, so effects still in flight can
+    /// report their results.
+    private var insideSend: Send<Event> {
+        Send { [weak self] event in self?.receive(event, from: .inside) ?? .rejected(.stopped) }
+    }
+
+    /// What sources send through: like ``send(_:)``.
+    private var outsideSend: Send<Event> {
+        Send { [weak self] event in self?.receive(event, from: .outside) ?? .rejected(.stopped) }
+    }
+
+    // MARK: Observing
+
+    /// The state after the last processed event.
+    public var state: State {
+        storage.withLock { $0.machine.state }
+    }
+
+    /// What the loop has done so far; once stopped, how it stopped.
+    public var report: LoopReport {
+        var report = storage.withLock { $0.report }
+        report.effectsStarted += syncStarted.load(ordering: .relaxed)
+        report.effectsCompleted += syncCompleted.load(ordering: .relaxed)
+        report.effectsFailed += syncFailed.load(ordering: .relaxed)
+        return report
+    }
+
+    /// The loop's states as they change, for consumers such as a status endpoint.
+    ///
+    /// Each iteration first yields the current state, then the latest state whenever it has changed
+    /// since the consumer last looked: a slow consumer skips intermediate states instead of
+    /// buffering them, so memory stays at one state per consumer whatever the event rate. The sequence
+    /// ends when the loop stops.
+    public var states: LoopStates<State> {
+        LoopStates(feed: self)
+    }
+
+    // MARK: Processing
+
+    /// Processes events, starting with `first`, until the inbox is empty.
+    private func drain(from first: Step<State, Event, Effect>) {
+        let send = insideSend
+        var next: Step<State, Event, Effect>? = first
+        while let step = next {
+            conclude(step)
+            dispatch(step.effects, send: send)
+            let (following, quiescentHost) = storage.withLock { engine -> (Step<State, Event, Effect>?, Host?) in
+                if let step = engine.nextStep() { return (step, nil) }
+                return (nil, engine.isQuiescent ? engine.host : nil)
+            }
+            next = following
+            quiescentHost?.signalQuiescent()
+        }
+    }
+
+    /// Starts draining events queued while nobody was processing (before `run()`).
+    private func drainQueued() {
+        let first = storage.withLock { engine -> Step<State, Event, Effect>? in
+            guard !engine.draining else { return nil }
+            engine.draining = true
+            return engine.nextStep()
+        }
+        if let first { drain(from: first) }
+    }
+
+    private func conclude(_ step: Step<State, Event, Effect>) {
+        observer?.observe(.eventProcessed(step.event, duration: step.duration, inboxDepth: step.inboxDepth))
+        if let state = step.state {
+            for subscriber in step.subscribers { subscriber.resume(returning: state) }
+        }
+        step.admittedSender?.resume(returning: .accepted)
+    }
+
+    /// Starts `effects` in order.
+    private func dispatch(_ effects: [Effect], send: Send<Event>) {
+        for effect in effects {
+            let lifecycle = router.lifecycle(of: effect)
+            if lifecycle.policy == .cancel, let key = lifecycle.key {
+                let (handles, queued) = storage.withLock { $0.cancel(key) }
+                for cancel in handles { cancel() }
+                for cancelled in queued { observer?.observe(.effectCancelled(cancelled)) }
+                continue
+            }
+            switch router.performer(for: effect) {
+            case .sync(let perform):
+                performSync(effect, lifecycle, perform, send: send)
+            case .async(let perform):
+                start(effect, lifecycle, perform)
+            case nil:
+                syncStarted.add(1, ordering: .relaxed)
+                syncFailed.add(1, ordering: .relaxed)
+                reportFailure(of: effect, EffectError.unrouted, send: send)
+            }
+        }
+    }
+
+    private func performSync(
+        _ effect: Effect,
+        _ lifecycle: EffectLifecycle,
+        _ perform: @Sendable (Send<Event>) throws -> Void,
+        send: Send<Event>
+    ) {
+        syncStarted.add(1, ordering: .relaxed)
+        observer?.observe(.effectStarted(effect, lifecycle: lifecycle))
+        do {
+            try perform(send)
+            syncCompleted.add(1, ordering: .relaxed)
+            observer?.observe(.effectCompleted(effect))
+        } catch {
+            syncFailed.add(1, ordering: .relaxed)
+            reportFailure(of: effect, error, send: send)
+        }
+    }
+
+    /// Reports a failed effect and sends the event the program maps its error to, if any.
+    private func reportFailure(of effect: Effect, _ error: any Error, send: Send<Event>) {
+        let mapped = router.event(for: error, of: effect)
+        observer?.observe(.effectFailed(effect, error: error, mappedTo: mapped))
+        if let mapped { send(mapped) }
+    }
+
+    private func start(
+        _ effect: Effect,
+        _ lifecycle: EffectLifecycle,
+        _ perform: @escaping @Sendable (Send<Event>) async throws -> Void
+    ) {
+        let (admission, host) = storage.withLock { ($0.admit(effect, lifecycle, perform), $0.host) }
+        switch admission {
+        case .start(let id, let cancelling, let cancelledQueued):
+            for cancel in cancelling { cancel() }
+            for cancelled in cancelledQueued { observer?.observe(.effectCancelled(cancelled)) }
+            spawn(QueuedEffect(id: id, effect: effect, lifecycle: lifecycle, perform: perform), on: host)
+        case .queued:
+            break
+        case .dropped:
+            observer?.observe(.effectDropped(effect))
+        case .refused:
+            observer?.observe(.effectCancelled(effect))
+        }
+    }
+
+    private func spawn(_ effect: QueuedEffect<Effect, Event>, on host: Host?) {
+        let job = Host.Job(
+            run: { await self.perform(effect, on: host) },
+            abandon: { self.finish(effect, .cancelled, on: host) }
+        )
+        guard let host else { return job.abandon() }
+        host.spawn(job)
+    }
+
+    /// Runs one asynchronous effect in its task, then accounts for it.
+    private func perform(_ effect: QueuedEffect<Effect, Event>, on host: Host?) async {
+        let send = insideSend
+        observer?.observe(.effectStarted(effect.effect, lifecycle: effect.lifecycle))
+        let result =
+            if effect.lifecycle.key == nil && effect.lifecycle.timeout == nil {
+                await Self.outcome { try await effect.perform(send) }
+            } else {
+                await performControlled(effect, send: send)
+            }
+        finish(effect, result, on: host)
+    }
+
+    /// Runs an effect that may be cancelled on its own or time out: the handler runs in a task whose
+    /// handle the loop keeps, and which this task awaits, so it never outlives the loop's task group.
+    private func performControlled(_ effect: QueuedEffect<Effect, Event>, send: Send<Event>) async -> EffectOutcome {
+        let id = effect.id
+        guard !storage.withLock({ $0.isCancelled(id) }) else { return .cancelled }
+        let work = Task { await Self.outcome { try await effect.perform(send) } }
+        if !storage.withLock({ $0.attach(id, cancel: { work.cancel() }) }) { work.cancel() }
+        var timer: Task<Void, Never>?
+        if let timeout = effect.lifecycle.timeout {
+            let clock = self.clock
+            timer = Task { [weak self] in
+                do { try await clock.sleep(for: timeout) } catch { return }
+                self?.storage.withLock { $0.timeOut(id, after: timeout) }?()
+            }
+        }
+        let result = await withTaskCancellationHandler {
+            await work.value
+        } onCancel: {
+            work.cancel()
+        }
+        if let timer {
+            timer.cancel()
+            await timer.value
+        }
+        return result
+    }
+
+    private static func outcome(_ body: () async throws -> Void) async -> EffectOutcome {
+        do {
+            try await body()
+            return .completed
+        } catch {
+            return error is CancellationError && Task.isCancelled ? .cancelled : .failed(error)
+        }
+    }
+
+    /// Accounts for an ended effect: reports it, sends the event its error maps to (while it still
+    /// counts as in flight, so shutdown waits for that event), and starts the next one queued behind it.
+    private func finish(_ effect: QueuedEffect<Effect, Event>, _ result: EffectOutcome, on host: Host?) {
+        let outcome = storage.withLock { $0.resolve(effect.id, result) }
+        let send = insideSend
+        switch outcome {
+        case .completed:
+            observer?.observe(.effectCompleted(effect.effect))
+        case .failed(let error):
+            reportFailure(of: effect.effect, error, send: send)
+        case .cancelled:
+            observer?.observe(.effectCancelled(effect.effect))
+        case .timedOut(let timeout):
+            let mapped = router.event(for: EffectError.timedOut(after: timeout), of: effect.effect)
+            observer?.observe(.effectTimedOut(effect.effect, timeout: timeout, mappedTo: mapped))
+            if let mapped { send(mapped) }
+        }
+        let (next, quiescentHost) = storage.withLock { engine in
+            let next = engine.finish(effect.id, effect.lifecycle, outcome)
+            return (next, engine.isQuiescent ? engine.host : nil)
+        }
+        if let next { spawn(next, on: host) }
+        quiescentHost?.signalQuiescent()
+    }
+
+    // MARK: Lifecycle
+
+    /// Runs the loop until it stops; returns what it did.
+    ///
+    /// Starts the start-up effects of the program's `First`, then processes the events sent before
+    /// `run()` and every event after, and runs the event sources, all within one task group, so nothing
+    /// the loop starts outlives this call. Returns after ``stop(gracePeriod:)`` has finished a graceful
+    /// shutdown, or at once when the task is cancelled (the shape of a service's `run()`).
+    ///
+    /// - Throws: ``LoopError/alreadyRunning`` or ``LoopError/alreadyStopped``: a loop runs once.
+    @discardableResult
+    public func run() async throws -> LoopReport {
+        let host = Host()
+        let refusal = storage.withLock { engine -> LoopError? in
+            switch engine.phase {
+            case .idle:
+                engine.phase = .running
+                engine.host = host
+                return nil
+            case .running, .stopping, .cancelling: return .alreadyRunning
+            case .stopped: return .alreadyStopped
+            }
+        }
+        if let refusal { throw refusal }
+        let sourcesStop = OneShotSignal()
+        let ending = await withDiscardingTaskGroup { group in
+            if !sources.isEmpty { group.addTask { await self.runSources(until: sourcesStop) } }
+            dispatch(firstEffects, send: insideSend)
+            drainQueued()
+            let ending = await coordinate(host, group: &group, sourcesStop: sourcesStop)
+            host.close()
+            return ending
+        }
+        return finalize(ending)
+    }
+
+    /// The running task's work: starts jobs in the group and carries out the shutdown.
+    private func coordinate(
+        _ host: Host,
+        group: inout DiscardingTaskGroup,
+        sourcesStop: OneShotSignal
+    ) async -> LoopReport.Ending {
+        var ending = LoopReport.Ending.drained
+        var deadline: Task<Void, Never>?
+        defer { deadline?.cancel() }
+        while true {
+            switch await host.next() {
+            case .spawn(let jobs):
+                for job in jobs { group.addTask(operation: job.run) }
+            case .stop(let gracePeriod):
+                sourcesStop.fire()
+                if storage.withLock({ $0.isQuiescent }) { host.signalQuiescent() }
+                if deadline == nil {
+                    let clock = self.clock
+                    deadline = Task {
+                        do { try await clock.sleep(for: gracePeriod) } catch { return }
+                        host.signalDeadline()
+                    }
+                }
+            case .deadline:
+                ending = .deadlineExceeded
+                cancelEverything()
+                group.cancelAll()
+                if storage.withLock({ $0.isQuiescent }) { host.signalQuiescent() }
+            case .quiescent:
+                return ending
+            case .cancelled:
+                sourcesStop.fire()
+                let dropped = storage.withLock { engine in
+                    engine.phase = .cancelling
+                    return engine.dropQueuedEvents()
+                }
+                for event in dropped { observer?.observe(.eventDropped(event)) }
+                cancelEverything()
+                group.cancelAll()
+                return .cancelled
+            }
+        }
+    }
+
+    /// Stops taking anything, and cancels every effect in flight or queued.
+    private func cancelEverything() {
+        let (queued, senders) = storage.withLock { engine in
+            engine.phase = .cancelling
+            return (engine.cancelEverything(), engine.rejectWaitingSenders())
+        }
+        for effect in queued { observer?.observe(.effectCancelled(effect)) }
+        for sender in senders { sender.resume(returning: .rejected(.stopping)) }
+    }
+
+    private func finalize(_ ending: LoopReport.Ending) -> LoopReport {
+        let (subscribers, senders) = storage.withLock { engine in
+            engine.phase = .stopped
+            engine.report.ending = ending
+            engine.host = nil
+            return (engine.finishSubscribers(), engine.rejectWaitingSenders())
+        }
+        for subscriber in subscribers { subscriber.resume(returning: nil) }
+        for sender in senders { sender.resume(returning: .rejected(.stopped)) }
+        let report = self.report
+        observer?.observe(.stopped(report))
+        return report
+    }
+
+    /// Shuts the loop down gracefully.
+    ///
+    /// At once, the loop stops taking events from outside (``LoopCore/Rejection/stopping``) and its
+    /// event sources are cancelled. It goes on processing the events already queued and those its
+    /// effects send, and lets effects in flight finish, until `gracePeriod` (on the loop's clock) is
+    /// over; then it cancels the effects still in flight. `run()` returns the report when all is done.
+    /// Calling it before `run()` stops the loop for good; calling it again changes nothing.
+    public func stop(gracePeriod: Duration = .seconds(30)) {
+        let (host, wasIdle, senders) = storage.withLock {
+            engine -> (Host?, Bool, [CheckedContinuation<Delivery, Never>]) in
+            switch engine.phase {
+            case .idle:
+                engine.phase = .stopped
+                engine.report.ending = .drained
+                return (nil, true, engine.rejectWaitingSenders())
+            case .running:
+                engine.phase = .stopping
+                return (engine.host, false, engine.rejectWaitingSenders())
+            case .stopping, .cancelling, .stopped:
+                return (nil, false, [])
+            }
+        }
+        for sender in senders { sender.resume(returning: .rejected(.stopping)) }
+        if let host {
+            observer?.observe(.stopping)
+            host.requestStop(gracePeriod: gracePeriod)
+        }
+        if wasIdle { _ = finalize(.drained) }
+    }
+
+    private func runSources(until stop: OneShotSignal) async {
+        let send = outsideSend
+        await withDiscardingTaskGroup { group in
+            for source in sources {
+                group.addTask {
+                    do {
+                        try await source.run(send: send)
+                        self.observer?.observe(.sourceFinished)
+                    } catch {
+                        if !(error is CancellationError && Task.isCancelled) {
+                            self.observer?.observe(.sourceFailed(error))
+                        }
+                    }
+                }
+            }
+            await stop.wait()
+            group.cancelAll()
+        }
+    }
+}
+
+extension Loop: StateFeed {
+    func subscribe() -> UInt64 {
+        let id = identifiers.add(1, ordering: .relaxed).newValue
+        storage.withLock { $0.subscribe(id) }
+        return id
+    }
+
+    func nextState(for id: UInt64) async -> State? {
+        switch storage.withLock({ $0.poll(id) }) {
+        case .value(let state): return state
+        case .finished: return nil
+        case .wait: break
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<State?, Never>) in
+                let ready = storage.withLock { engine -> LoopEngine<State, Event, Effect>.Poll? in
+                    let poll = engine.poll(id)
+                    guard case .wait = poll, !Task.isCancelled else { return poll }
+                    engine.subscribers[id]?.waiter = continuation
+                    return nil
+                }
+                switch ready {
+                case .value(let state): continuation.resume(returning: state)
+                case .finished, .wait: continuation.resume(returning: nil)
+                case nil: break
+                }
+            }
+        } onCancel: {
+            storage.withLock { $0.unsubscribe(id) }?.resume(returning: nil)
+        }
+    }
+
+    func unsubscribe(_ id: UInt64) {
+        storage.withLock { $0.unsubscribe(id) }?.resume(returning: nil)
+    }
+}

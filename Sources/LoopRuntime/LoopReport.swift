@@ -1,0 +1,64 @@
+/// What a loop did: counts of events and effects, and, once it has stopped, how it stopped.
+///
+/// The counts always add up: every event sent was processed, rejected, dropped, or is still queued;
+/// every effect started was completed, failed, cancelled, timed out, or is still in flight.
+public struct LoopReport: Hashable, Sendable, CustomStringConvertible {
+    /// How a loop stopped.
+    public enum Ending: Hashable, Sendable {
+        /// Graceful shutdown: every queued event was processed and every effect ended on its own.
+        case drained
+        /// Graceful shutdown reached its deadline; the effects still in flight were cancelled.
+        case deadlineExceeded
+        /// The task running the loop was cancelled: the loop stopped at once, dropping queued events and
+        /// cancelling effects.
+        case cancelled
+    }
+
+    /// Events sent to the loop, from outside and from its handlers.
+    public var eventsSent = 0
+    /// Events processed by the update.
+    public var eventsProcessed = 0
+    /// Events turned away (``LoopCore/Rejection``).
+    public var eventsRejected = 0
+    /// Events taken but never processed: dropped by a drop-oldest inbox, or queued when the loop was
+    /// cancelled.
+    public var eventsDropped = 0
+    /// Effects handed to a handler (synchronous or asynchronous).
+    public var effectsStarted = 0
+    /// Effects whose handler returned normally.
+    public var effectsCompleted = 0
+    /// Effects whose handler threw, or that no route accepts.
+    public var effectsFailed = 0
+    /// Effects cancelled: by a `latest` or `cancel` lifecycle, or at shutdown; including effects
+    /// cancelled while queued, before they started.
+    public var effectsCancelled = 0
+    /// Effects cancelled because they ran past their timeout.
+    public var effectsTimedOut = 0
+    /// Effects dropped by a `dropIfRunning` lifecycle, never started.
+    public var effectsDropped = 0
+    /// How the loop stopped, or `nil` while it has not.
+    public var ending: Ending?
+
+    /// Creates an empty report.
+    public init() {}
+
+    /// Events sent and not yet processed, rejected or dropped.
+    public var eventsQueued: Int { eventsSent - eventsProcessed - eventsRejected - eventsDropped }
+
+    /// Effects started and not yet ended.
+    public var effectsInFlight: Int {
+        effectsStarted - effectsCompleted - effectsFailed - effectsTimedOut - effectsCancelledAfterStart
+    }
+
+    /// Effects cancelled after they started (those cancelled while queued never started).
+    var effectsCancelledAfterStart = 0
+
+    /// One line with every count.
+    public var description: String {
+        let how = ending.map { " (\($0))" } ?? ""
+        return "events: \(eventsSent) sent, \(eventsProcessed) processed, \(eventsRejected) rejected, "
+            + "\(eventsDropped) dropped; effects: \(effectsStarted) started, \(effectsCompleted) completed, "
+            + "\(effectsFailed) failed, \(effectsCancelled) cancelled, \(effectsTimedOut) timed out, "
+            + "\(effectsDropped) dropped\(how)"
+    }
+}
