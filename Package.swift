@@ -19,6 +19,10 @@ let package = Package(
         .target(name: "LoopTesting", dependencies: ["LoopCore"]),
         .testTarget(name: "LoopCoreTests", dependencies: ["LoopCore"]),
         .testTarget(name: "LoopTestingTests", dependencies: ["LoopCore", "LoopTesting"]),
+        .testTarget(
+            name: "LoopRuntimeTests",
+            dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopTesting"]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -146,9 +146,23 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         storage.withLock { $0.machine.state }
     }
 
+    /// Whether `run()` is under way: from its start until it returns.
+    public var isRunning: Bool {
+        storage.withLock { engine in
+            switch engine.phase {
+            case .running, .stopping, .cancelling: true
+            case .idle, .stopped: false
+            }
+        }
+    }
+
     /// What the loop has done so far; once stopped, how it stopped.
     public var report: LoopReport {
-        var report = storage.withLock { $0.report }
+        var report = storage.withLock { engine in
+            var report = engine.report
+            report.sendersWaiting = engine.waitingSenders.count
+            return report
+        }
         report.effectsStarted += syncStarted.load(ordering: .relaxed)
         report.effectsCompleted += syncCompleted.load(ordering: .relaxed)
         report.effectsFailed += syncFailed.load(ordering: .relaxed)
@@ -269,7 +283,9 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         }
     }
 
+    /// Hands an admitted effect to the task group; it counts as started from here, in dispatch order.
     private func spawn(_ effect: QueuedEffect<Effect, Event>, on host: Host?) {
+        observer?.observe(.effectStarted(effect.effect, lifecycle: effect.lifecycle))
         let job = Host.Job(
             run: { await self.perform(effect, on: host) },
             abandon: { self.finish(effect, .cancelled, on: host) }
@@ -281,7 +297,6 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// Runs one asynchronous effect in its task, then accounts for it.
     private func perform(_ effect: QueuedEffect<Effect, Event>, on host: Host?) async {
         let send = insideSend
-        observer?.observe(.effectStarted(effect.effect, lifecycle: effect.lifecycle))
         let result =
             if effect.lifecycle.key == nil && effect.lifecycle.timeout == nil {
                 await Self.outcome { try await effect.perform(send) }

@@ -36,6 +36,9 @@ public struct LoopReport: Hashable, Sendable, CustomStringConvertible {
     public var effectsTimedOut = 0
     /// Effects dropped by a `dropIfRunning` lifecycle, never started.
     public var effectsDropped = 0
+    /// Async senders waiting for room in a full inbox (``InboxPolicy/Overflow/suspendSender``); their
+    /// events are counted as sent once they are taken or turned away.
+    public var sendersWaiting = 0
     /// How the loop stopped, or `nil` while it has not.
     public var ending: Ending?
 

@@ -1,0 +1,141 @@
+import EffectHandlers
+import LoopCore
+import LoopRuntime
+import Synchronization
+import Testing
+
+@Suite struct InboxTests {
+    typealias Recorded = Recorder<Jobs.Event, Jobs.Effect>
+
+    /// Holds the loop's only processing thread inside an effect while the test fills the inbox.
+    func fillWhileBusy(
+        _ policy: InboxPolicy,
+        sending count: Int
+    ) async throws -> (deliveries: [Delivery], report: LoopReport, state: Jobs.State, recorder: Recorded) {
+        let recorder = Recorded()
+        let entered = Atomic<Bool>(false)
+        let release = Atomic<Bool>(false)
+        let router = EffectRouter<Jobs.Effect, Jobs.Event>()
+            .route(
+                { if case .echo(let name) = $0 { name } else { nil } },
+                to: ClosureSyncEffectHandler { _, _ in
+                    entered.store(true, ordering: .sequentiallyConsistent)
+                    while !release.load(ordering: .sequentiallyConsistent) {}
+                }
+            )
+        let loop = Loop(program: Jobs.program, effects: router, inbox: policy, observer: recorder)
+        var deliveries: [Delivery] = []
+        let report = try await running(loop) {
+            let busy = OSThread { loop.send(.run([.echo("hold")])) }
+            await waitUntil { entered.load(ordering: .sequentiallyConsistent) }
+            for index in 0..<count { deliveries.append(loop.send(.append(index))) }
+            release.store(true, ordering: .sequentiallyConsistent)
+            busy.join()
+        }
+        return (deliveries, report, loop.state, recorder)
+    }
+
+    @Test func rejectNewestTurnsAwayWhatDoesNotFit() async throws {
+        let (deliveries, report, state, recorder) = try await fillWhileBusy(
+            .bounded(3, whenFull: .rejectNewest),
+            sending: 10
+        )
+        #expect(deliveries == Array(repeating: .accepted, count: 3) + Array(repeating: .rejected(.inboxFull), count: 7))
+        #expect(state.items == [0, 1, 2])
+        #expect(report.eventsSent == 11)
+        #expect(report.eventsProcessed + report.eventsRejected + report.eventsDropped == report.eventsSent)
+        #expect(report.eventsRejected == 7)
+        #expect(recorder.entries.count { if case .rejected(_, .inboxFull) = $0 { true } else { false } } == 7)
+    }
+
+    @Test func dropOldestKeepsTheNewest() async throws {
+        let (deliveries, report, state, recorder) = try await fillWhileBusy(
+            .bounded(3, whenFull: .dropOldest),
+            sending: 10
+        )
+        #expect(deliveries == Array(repeating: .accepted, count: 10))
+        #expect(state.items == [7, 8, 9])
+        #expect(report.eventsDropped == 7)
+        #expect(report.eventsProcessed + report.eventsRejected + report.eventsDropped == report.eventsSent)
+        let dropped = recorder.entries.compactMap {
+            if case .eventDropped(.append(let value)) = $0 { value } else { nil }
+        }
+        #expect(dropped == Array(0..<7))
+    }
+
+    @Test func suspendSenderRejectsSynchronousSendsWhenFull() async throws {
+        let (deliveries, report, state, _) = try await fillWhileBusy(.bounded(2, whenFull: .suspendSender), sending: 5)
+        #expect(
+            deliveries == [.accepted, .accepted, .rejected(.inboxFull), .rejected(.inboxFull), .rejected(.inboxFull)]
+        )
+        #expect(state.items == [0, 1])
+        #expect(report.eventsProcessed + report.eventsRejected + report.eventsDropped == report.eventsSent)
+    }
+
+    @Test func aWaitingSenderIsAdmittedWhenRoomFrees() async throws {
+        let recorder = Recorded()
+        let entered = Atomic<Bool>(false)
+        let release = Atomic<Bool>(false)
+        let router = EffectRouter<Jobs.Effect, Jobs.Event>()
+            .route(
+                { if case .echo(let name) = $0 { name } else { nil } },
+                to: ClosureSyncEffectHandler { _, _ in
+                    entered.store(true, ordering: .sequentiallyConsistent)
+                    while !release.load(ordering: .sequentiallyConsistent) {}
+                }
+            )
+        let loop = Loop(
+            program: Jobs.program,
+            effects: router,
+            inbox: .bounded(1, whenFull: .suspendSender),
+            observer: recorder
+        )
+        let report = try await running(loop) {
+            let busy = OSThread { loop.send(.run([.echo("hold")])) }
+            await waitUntil { entered.load(ordering: .sequentiallyConsistent) }
+            #expect(loop.send(.append(1)) == .accepted)
+            let waiting = Task { await loop.sendWaitingForRoom(.append(2)) }
+            await waitUntil { loop.report.sendersWaiting == 1 }
+            release.store(true, ordering: .sequentiallyConsistent)
+            busy.join()
+            #expect(await waiting.value == .accepted)
+            await recorder.wait(for: .processed(.append(2)))
+        }
+        #expect(loop.state.items == [1, 2])
+        #expect(report.eventsSent == 3)
+        #expect(report.eventsProcessed == 3)
+    }
+
+    @Test func aWaitingSenderThatIsCancelledIsRejected() async throws {
+        let recorder = Recorded()
+        let entered = Atomic<Bool>(false)
+        let release = Atomic<Bool>(false)
+        let router = EffectRouter<Jobs.Effect, Jobs.Event>()
+            .route(
+                { if case .echo(let name) = $0 { name } else { nil } },
+                to: ClosureSyncEffectHandler { _, _ in
+                    entered.store(true, ordering: .sequentiallyConsistent)
+                    while !release.load(ordering: .sequentiallyConsistent) {}
+                }
+            )
+        let loop = Loop(
+            program: Jobs.program,
+            effects: router,
+            inbox: .bounded(1, whenFull: .suspendSender),
+            observer: recorder
+        )
+        let report = try await running(loop) {
+            let busy = OSThread { loop.send(.run([.echo("hold")])) }
+            await waitUntil { entered.load(ordering: .sequentiallyConsistent) }
+            loop.send(.append(1))
+            let waiting = Task { await loop.sendWaitingForRoom(.append(2)) }
+            await waitUntil { loop.report.sendersWaiting == 1 }
+            waiting.cancel()
+            #expect(await waiting.value == .rejected(.inboxFull))
+            release.store(true, ordering: .sequentiallyConsistent)
+            busy.join()
+        }
+        #expect(loop.state.items == [1])
+        #expect(report.eventsProcessed + report.eventsRejected + report.eventsDropped == report.eventsSent)
+    }
+}
