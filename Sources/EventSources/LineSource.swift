@@ -1,5 +1,5 @@
-internal import Dispatch
 public import LoopCore
+internal import Synchronization
 
 #if canImport(Glibc)
 internal import Glibc
@@ -11,10 +11,11 @@ internal import Darwin
 
 /// A source that sends each line read from a file descriptor, such as standard input.
 ///
-/// Reading never blocks a thread of the concurrency pool: the descriptor is watched for readability and
-/// read only when data is there. Lines end at `\n` (a trailing `\r` is removed); bytes that are not
-/// valid UTF-8 are replaced, never rejected; a line longer than ``maximumLineLength`` bytes is sent in
-/// pieces of that length, so memory stays bounded whatever the input. At the end of input, a last
+/// Reading never blocks a thread of the concurrency pool: a dedicated thread waits for data with
+/// `poll` and reads only when data or the end of input is there, checking for cancellation at least
+/// every ``pollInterval``. Lines end at `\n` (a trailing `\r` is removed); bytes that are not valid
+/// UTF-8 are replaced, never rejected; a line longer than ``maximumLineLength`` bytes is sent in pieces
+/// of that length, so memory stays bounded whatever the input. At the end of input, a last
 /// unterminated line is sent, then `end` if given. The descriptor is not closed.
 ///
 /// ```swift
@@ -23,6 +24,8 @@ internal import Darwin
 public struct LineSource<Event: Sendable>: EventSource {
     /// The longest line sent whole, in bytes.
     public static var maximumLineLength: Int { 1 << 20 }
+    /// The longest the reading thread waits before it checks whether the source was cancelled.
+    public static var pollInterval: Duration { .milliseconds(50) }
 
     private let fileDescriptor: Int32
     private let end: Event?
@@ -39,27 +42,10 @@ public struct LineSource<Event: Sendable>: EventSource {
     /// Reads and sends lines until the end of input, a read error (thrown), or cancellation.
     public func run(send: Send<Event>) async throws {
         let (chunks, continuation) = AsyncThrowingStream<[UInt8], any Error>.makeStream()
-        let reader = DispatchSource.makeReadSource(
-            fileDescriptor: fileDescriptor,
-            queue: DispatchQueue(label: "EffectLoop.LineSource")
-        )
-        let descriptor = fileDescriptor
-        let canceller = DispatchSourceCanceller(reader)
-        reader.setEventHandler {
-            var buffer = [UInt8](repeating: 0, count: 65_536)
-            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-            if count > 0 {
-                continuation.yield(Array(buffer.prefix(count)))
-            } else if count == 0 {
-                continuation.finish()
-                canceller.cancel()
-            } else if errno != EAGAIN && errno != EINTR {
-                continuation.finish(throwing: LineSourceError.readFailed(errno: errno))
-                canceller.cancel()
-            }
-        }
-        continuation.onTermination = { _ in canceller.cancel() }
-        reader.resume()
+        let reader = ChunkReader(fileDescriptor: fileDescriptor, continuation: continuation)
+        continuation.onTermination = { _ in reader.stop() }
+        guard reader.start() else { throw LineSourceError.threadUnavailable }
+        defer { reader.stop() }
 
         var splitter = LineSplitter(maximumLineLength: Self.maximumLineLength)
         for try await chunk in chunks {
@@ -78,8 +64,70 @@ public struct LineSource<Event: Sendable>: EventSource {
 
 /// The reason a ``LineSource`` stopped reading.
 public enum LineSourceError: Error, Hashable, Sendable {
-    /// `read` failed with this `errno`.
+    /// `read` or `poll` failed with this `errno`.
     case readFailed(errno: Int32)
+    /// No thread could be started to read with.
+    case threadUnavailable
+}
+
+/// Reads chunks from a descriptor on a thread of its own and yields them to a stream.
+final class ChunkReader: Sendable {
+    private let fileDescriptor: Int32
+    private let continuation: AsyncThrowingStream<[UInt8], any Error>.Continuation
+    private let stopped = Atomic<Bool>(false)
+
+    init(fileDescriptor: Int32, continuation: AsyncThrowingStream<[UInt8], any Error>.Continuation) {
+        self.fileDescriptor = fileDescriptor
+        self.continuation = continuation
+    }
+
+    func stop() {
+        stopped.store(true, ordering: .releasing)
+    }
+
+    /// Starts the reading thread; `false` if none could be started.
+    func start() -> Bool {
+        var thread = pthread_t()
+        let context = Unmanaged.passRetained(self).toOpaque()
+        let created = pthread_create(
+            &thread,
+            nil,
+            { context in
+                guard let context else { return nil }
+                Unmanaged<ChunkReader>.fromOpaque(context).takeRetainedValue().readUntilDone()
+                return nil
+            },
+            context
+        )
+        guard created == 0 else {
+            Unmanaged<ChunkReader>.fromOpaque(context).release()
+            return false
+        }
+        pthread_detach(thread)
+        return true
+    }
+
+    private func readUntilDone() {
+        let timeout = Int32(LineSource<Never>.pollInterval / .milliseconds(1))
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while !stopped.load(ordering: .acquiring) {
+            var request = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&request, 1, timeout)
+            if ready == 0 || (ready < 0 && errno == EINTR) { continue }
+            if ready < 0 {
+                return continuation.finish(throwing: LineSourceError.readFailed(errno: errno))
+            }
+            let count = buffer.withUnsafeMutableBytes { read(fileDescriptor, $0.baseAddress, $0.count) }
+            if count > 0 {
+                continuation.yield(Array(buffer.prefix(count)))
+            } else if count == 0 {
+                return continuation.finish()
+            } else if errno != EAGAIN && errno != EINTR {
+                return continuation.finish(throwing: LineSourceError.readFailed(errno: errno))
+            }
+        }
+        continuation.finish()
+    }
 }
 
 /// Cuts a byte stream into lines of bounded length.

@@ -12,8 +12,8 @@ internal import Darwin
 /// A source that turns Unix signals into events, so a service can shut down gracefully on `SIGTERM`.
 ///
 /// While the source runs, the signals it watches no longer take their default action (ending the
-/// process); each delivery becomes an event instead. When the source is cancelled, the default action
-/// is restored.
+/// process); each delivery becomes an event instead. When the source is cancelled, each signal's
+/// previous disposition is restored.
 ///
 /// ```swift
 /// SignalSource([.interrupt, .terminate]) { signal in .shutdownRequested(signal) }
@@ -32,17 +32,17 @@ public struct SignalSource<Event: Sendable>: EventSource {
     public func run(send: Send<Event>) async throws {
         let (deliveries, continuation) = AsyncStream<UnixSignal>.makeStream()
         let queue = DispatchQueue(label: "EffectLoop.SignalSource")
+        let previous = signals.map { signal($0.rawValue, SIG_IGN) }
         let watchers = signals.map { unixSignal in
-            _ = signal(unixSignal.rawValue, SIG_IGN)
             let watcher = DispatchSource.makeSignalSource(signal: unixSignal.rawValue, queue: queue)
             watcher.setEventHandler { continuation.yield(unixSignal) }
             watcher.resume()
             return watcher
         }
         defer {
-            for (watcher, unixSignal) in zip(watchers, signals) {
+            for (index, watcher) in watchers.enumerated() {
                 watcher.cancel()
-                _ = signal(unixSignal.rawValue, SIG_DFL)
+                _ = signal(signals[index].rawValue, previous[index])
             }
             continuation.finish()
         }
