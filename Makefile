@@ -3,9 +3,10 @@ STRICT := -Xswiftc -warnings-as-errors -Xswiftc -require-explicit-sendable --exp
 FMT_OPTIONS := --configuration .swiftformat --recursive
 SOURCES := Package.swift Sources Tests
 
-.PHONY: build test lint format
+.PHONY: build test test-tsan lint format
 
 build: ; swift build $(STRICT)
 test: ; swift test $(STRICT)
+test-tsan: ; TSAN_OPTIONS=halt_on_error=1 swift test $(STRICT) --sanitize=thread --scratch-path .build-tsan
 lint: ; swift format lint --strict $(FMT_OPTIONS) $(SOURCES)
 format: ; swift format format --in-place $(FMT_OPTIONS) $(SOURCES)

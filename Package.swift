@@ -16,7 +16,7 @@ let package = Package(
         .target(name: "EffectHandlers", dependencies: ["LoopCore"]),
         .target(name: "EventSources", dependencies: ["LoopCore"]),
         .target(name: "LoopRuntime", dependencies: ["LoopCore", "EffectHandlers", "EventSources"]),
-        .target(name: "LoopTesting", dependencies: ["LoopCore"]),
+        .target(name: "LoopTesting", dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"]),
         .testTarget(name: "LoopCoreTests", dependencies: ["LoopCore"]),
         .testTarget(name: "LoopTestingTests", dependencies: ["LoopCore", "LoopTesting"]),
         .testTarget(

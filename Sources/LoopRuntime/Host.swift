@@ -1,5 +1,3 @@
-internal import Synchronization
-
 /// The one task that runs a loop's (or a group of loops') asynchronous work.
 ///
 /// Effect handlers must run in child tasks of the task group that `run()` owns, but effects are
@@ -29,6 +27,8 @@ final class Host: Sendable {
         var quiescent = false
         var cancelled = false
         var closed = false
+        var members = 0
+        var stopRequested = false
         var waiter: CheckedContinuation<Command, Never>?
 
         mutating func take() -> Command? {
@@ -53,7 +53,7 @@ final class Host: Sendable {
         }
     }
 
-    private let mailbox = Mutex(Mailbox())
+    private let mailbox = Locked(Mailbox())
 
     /// Runs `job` in the group as soon as the running task gets to it; abandons it at once if the host
     /// has closed.
@@ -79,7 +79,11 @@ final class Host: Sendable {
 
     /// Asks for a graceful stop within `gracePeriod`.
     func requestStop(gracePeriod: Duration) {
-        post { $0.stop = $0.stop.map { min($0, gracePeriod) } ?? gracePeriod }
+        post { mailbox in
+            mailbox.stop = mailbox.stop.map { min($0, gracePeriod) } ?? gracePeriod
+            mailbox.stopRequested = true
+            if mailbox.members <= 0 { mailbox.quiescent = true }
+        }
     }
 
     /// The grace period is over.
@@ -87,9 +91,18 @@ final class Host: Sendable {
         post { $0.deadline = true }
     }
 
-    /// Shutdown has nothing left to wait for.
-    func signalQuiescent() {
-        post { $0.quiescent = true }
+    /// A loop starts running on this host.
+    func join() {
+        mailbox.withLock { $0.members += 1 }
+    }
+
+    /// A loop has nothing left to do while stopping; once every member has left after a stop was
+    /// requested, the host is done.
+    func leave() {
+        post { mailbox in
+            mailbox.members -= 1
+            if mailbox.stopRequested && mailbox.members <= 0 { mailbox.quiescent = true }
+        }
     }
 
     private func post(_ change: (inout Mailbox) -> Void) {
@@ -100,6 +113,54 @@ final class Host: Sendable {
             return (waiter, command)
         }
         if let (waiter, command) = wake { waiter.resume(returning: command) }
+    }
+
+    /// What the running task does at each turn of a shutdown.
+    struct Shutdown {
+        /// Graceful shutdown began (sources are to stop).
+        var stopping: () -> Void
+        /// The grace period is over: cancel everything in flight.
+        var deadline: () -> Void
+        /// The task was cancelled: stop at once.
+        var cancelled: () -> Void
+    }
+
+    /// The running task's work: starts jobs in `group` until shutdown is complete; returns how it ended.
+    func coordinate(
+        group: inout DiscardingTaskGroup,
+        clock: any Clock<Duration>,
+        shutdown: Shutdown
+    ) async -> LoopReport.Ending {
+        var ending = LoopReport.Ending.drained
+        var deadline: Task<Void, Never>?
+        defer {
+            deadline?.cancel()
+            close()
+        }
+        while true {
+            switch await next() {
+            case .spawn(let jobs):
+                for job in jobs { group.addTask(operation: job.run) }
+            case .stop(let gracePeriod):
+                shutdown.stopping()
+                if deadline == nil {
+                    deadline = Task {
+                        do { try await clock.sleep(for: gracePeriod) } catch { return }
+                        self.signalDeadline()
+                    }
+                }
+            case .deadline:
+                ending = .deadlineExceeded
+                shutdown.deadline()
+                group.cancelAll()
+            case .quiescent:
+                return ending
+            case .cancelled:
+                shutdown.cancelled()
+                group.cancelAll()
+                return .cancelled
+            }
+        }
     }
 
     /// The next command, waiting for one if there is none; `.cancelled` once the task is cancelled.

@@ -27,12 +27,11 @@ internal import Synchronization
 /// - **Lifecycle.** ``run()`` runs the loop once, in structured concurrency. ``stop(gracePeriod:)``
 ///   shuts it down gracefully; cancelling the task running ``run()`` stops it at once.
 public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
-    private let storage: Mutex<LoopEngine<State, Event, Effect>>
+    private let storage: Locked<LoopEngine<State, Event, Effect>>
     private let firstEffects: [Effect]
-    private let router: EffectRouter<Effect, Event>
-    private let sources: [any EventSource<Event>]
-    private let observer: (any LoopObserver<Event, Effect>)?
-    private let clock: any Clock<Duration>
+    private let context: LoopContext<State, Event, Effect>
+    /// Called once when this loop, hosted by a group and asked to stop, has nothing left to do.
+    private let onQuiesced: (@Sendable (Loop) -> Void)?
     private let identifiers = Atomic<UInt64>(0)
     private let syncStarted = Atomic<Int>(0)
     private let syncCompleted = Atomic<Int>(0)
@@ -47,7 +46,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     ///   - inbox: how many events may wait, and what happens beyond (unbounded by default).
     ///   - observer: receives everything the loop does; ``LoopLogger`` prints it.
     ///   - clock: the clock effect timeouts and the shutdown grace period are measured on.
-    public init(
+    public convenience init(
         program: Program<State, Event, Effect>,
         effects router: EffectRouter<Effect, Event>,
         sources: [any EventSource<Event>] = [],
@@ -55,19 +54,29 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         observer: (any LoopObserver<Event, Effect>)? = nil,
         clock: any Clock<Duration> = ContinuousClock()
     ) {
+        self.init(
+            program: program,
+            context: LoopContext(router: router, sources: sources, observer: observer, clock: clock, inbox: inbox),
+            onQuiesced: nil
+        )
+    }
+
+    init(
+        program: Program<State, Event, Effect>,
+        context: LoopContext<State, Event, Effect>,
+        onQuiesced: (@Sendable (Loop) -> Void)?
+    ) {
         let first = program.first
-        self.storage = Mutex(
+        self.storage = Locked(
             LoopEngine(
                 machine: Machine(state: first.state, update: program.update),
-                policy: inbox,
-                timed: observer != nil
+                policy: context.inbox,
+                timed: context.observer != nil
             )
         )
         self.firstEffects = first.effects
-        self.router = router
-        self.sources = sources
-        self.observer = observer
-        self.clock = clock
+        self.context = context
+        self.onQuiesced = onQuiesced
     }
 
     // MARK: Sending
@@ -102,7 +111,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
             }
         } onCancel: {
             if let waiter = storage.withLock({ $0.removeWaitingSender(id) }) {
-                observer?.observe(.eventRejected(event, reason: .inboxFull))
+                context.observe(.eventRejected(event, reason: .inboxFull))
                 waiter.resume(returning: .rejected(.inboxFull))
             }
         }
@@ -120,10 +129,10 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
             drain(from: step)
             return .accepted
         case .droppedOldest(let oldest):
-            observer?.observe(.eventDropped(oldest))
+            context.observe(.eventDropped(oldest))
             return .accepted
         case .rejected(let rejection):
-            observer?.observe(.eventRejected(event, reason: rejection))
+            context.observe(.eventRejected(event, reason: rejection))
             return .rejected(rejection)
         }
     }
@@ -188,12 +197,12 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         while let step = next {
             conclude(step)
             dispatch(step.effects, send: send)
-            let (following, quiescentHost) = storage.withLock { engine -> (Step<State, Event, Effect>?, Host?) in
+            let (following, leaving) = storage.withLock { engine -> (Step<State, Event, Effect>?, Host?) in
                 if let step = engine.nextStep() { return (step, nil) }
-                return (nil, engine.isQuiescent ? engine.host : nil)
+                return (nil, engine.hostToLeave())
             }
             next = following
-            quiescentHost?.signalQuiescent()
+            if let leaving { quiesced(leaving) }
         }
     }
 
@@ -208,7 +217,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     }
 
     private func conclude(_ step: Step<State, Event, Effect>) {
-        observer?.observe(.eventProcessed(step.event, duration: step.duration, inboxDepth: step.inboxDepth))
+        context.observe(.eventProcessed(step.event, duration: step.duration, inboxDepth: step.inboxDepth))
         if let state = step.state {
             for subscriber in step.subscribers { subscriber.resume(returning: state) }
         }
@@ -218,14 +227,14 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// Starts `effects` in order.
     private func dispatch(_ effects: [Effect], send: Send<Event>) {
         for effect in effects {
-            let lifecycle = router.lifecycle(of: effect)
+            let lifecycle = context.router.lifecycle(of: effect)
             if lifecycle.policy == .cancel, let key = lifecycle.key {
                 let (handles, queued) = storage.withLock { $0.cancel(key) }
                 for cancel in handles { cancel() }
-                for cancelled in queued { observer?.observe(.effectCancelled(cancelled)) }
+                for cancelled in queued { context.observe(.effectCancelled(cancelled)) }
                 continue
             }
-            switch router.performer(for: effect) {
+            switch context.router.performer(for: effect) {
             case .sync(let perform):
                 performSync(effect, lifecycle, perform, send: send)
             case .async(let perform):
@@ -245,11 +254,11 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         send: Send<Event>
     ) {
         syncStarted.add(1, ordering: .relaxed)
-        observer?.observe(.effectStarted(effect, lifecycle: lifecycle))
+        context.observe(.effectStarted(effect, lifecycle: lifecycle))
         do {
             try perform(send)
             syncCompleted.add(1, ordering: .relaxed)
-            observer?.observe(.effectCompleted(effect))
+            context.observe(.effectCompleted(effect))
         } catch {
             syncFailed.add(1, ordering: .relaxed)
             reportFailure(of: effect, error, send: send)
@@ -258,8 +267,8 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     /// Reports a failed effect and sends the event the program maps its error to, if any.
     private func reportFailure(of effect: Effect, _ error: any Error, send: Send<Event>) {
-        let mapped = router.event(for: error, of: effect)
-        observer?.observe(.effectFailed(effect, error: error, mappedTo: mapped))
+        let mapped = context.router.event(for: error, of: effect)
+        context.observe(.effectFailed(effect, error: error, mappedTo: mapped))
         if let mapped { send(mapped) }
     }
 
@@ -272,20 +281,20 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         switch admission {
         case .start(let id, let cancelling, let cancelledQueued):
             for cancel in cancelling { cancel() }
-            for cancelled in cancelledQueued { observer?.observe(.effectCancelled(cancelled)) }
+            for cancelled in cancelledQueued { context.observe(.effectCancelled(cancelled)) }
             spawn(QueuedEffect(id: id, effect: effect, lifecycle: lifecycle, perform: perform), on: host)
         case .queued:
             break
         case .dropped:
-            observer?.observe(.effectDropped(effect))
+            context.observe(.effectDropped(effect))
         case .refused:
-            observer?.observe(.effectCancelled(effect))
+            context.observe(.effectCancelled(effect))
         }
     }
 
     /// Hands an admitted effect to the task group; it counts as started from here, in dispatch order.
     private func spawn(_ effect: QueuedEffect<Effect, Event>, on host: Host?) {
-        observer?.observe(.effectStarted(effect.effect, lifecycle: effect.lifecycle))
+        context.observe(.effectStarted(effect.effect, lifecycle: effect.lifecycle))
         let job = Host.Job(
             run: { await self.perform(effect, on: host) },
             abandon: { self.finish(effect, .cancelled, on: host) }
@@ -315,7 +324,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         if !storage.withLock({ $0.attach(id, cancel: { work.cancel() }) }) { work.cancel() }
         var timer: Task<Void, Never>?
         if let timeout = effect.lifecycle.timeout {
-            let clock = self.clock
+            let clock = context.clock
             timer = Task { [weak self] in
                 do { try await clock.sleep(for: timeout) } catch { return }
                 self?.storage.withLock { $0.timeOut(id, after: timeout) }?()
@@ -349,22 +358,21 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         let send = insideSend
         switch outcome {
         case .completed:
-            observer?.observe(.effectCompleted(effect.effect))
+            context.observe(.effectCompleted(effect.effect))
         case .failed(let error):
             reportFailure(of: effect.effect, error, send: send)
         case .cancelled:
-            observer?.observe(.effectCancelled(effect.effect))
+            context.observe(.effectCancelled(effect.effect))
         case .timedOut(let timeout):
-            let mapped = router.event(for: EffectError.timedOut(after: timeout), of: effect.effect)
-            observer?.observe(.effectTimedOut(effect.effect, timeout: timeout, mappedTo: mapped))
+            let mapped = context.router.event(for: EffectError.timedOut(after: timeout), of: effect.effect)
+            context.observe(.effectTimedOut(effect.effect, timeout: timeout, mappedTo: mapped))
             if let mapped { send(mapped) }
         }
-        let (next, quiescentHost) = storage.withLock { engine in
-            let next = engine.finish(effect.id, effect.lifecycle, outcome)
-            return (next, engine.isQuiescent ? engine.host : nil)
+        let (next, leaving) = storage.withLock { engine in
+            (engine.finish(effect.id, effect.lifecycle, outcome), engine.hostToLeave())
         }
         if let next { spawn(next, on: host) }
-        quiescentHost?.signalQuiescent()
+        if let leaving { quiesced(leaving) }
     }
 
     // MARK: Lifecycle
@@ -380,7 +388,30 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     @discardableResult
     public func run() async throws -> LoopReport {
         let host = Host()
-        let refusal = storage.withLock { engine -> LoopError? in
+        if let refusal = claim(host) { throw refusal }
+        let sourcesStop = OneShotSignal()
+        let ending = await withDiscardingTaskGroup { group in
+            if !context.sources.isEmpty { group.addTask { await self.runSources(until: sourcesStop) } }
+            start(on: host)
+            return await host.coordinate(
+                group: &group,
+                clock: context.clock,
+                shutdown: Host.Shutdown(
+                    stopping: { sourcesStop.fire() },
+                    deadline: { self.cancelEverything() },
+                    cancelled: {
+                        sourcesStop.fire()
+                        self.stopAtOnce()
+                    }
+                )
+            )
+        }
+        return finalize(ending)
+    }
+
+    /// Claims the loop for running on `host`, in one step; why it cannot run, if it cannot.
+    func claim(_ host: Host) -> LoopError? {
+        storage.withLock { engine in
             switch engine.phase {
             case .idle:
                 engine.phase = .running
@@ -390,74 +421,56 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
             case .stopped: return .alreadyStopped
             }
         }
-        if let refusal { throw refusal }
-        let sourcesStop = OneShotSignal()
-        let ending = await withDiscardingTaskGroup { group in
-            if !sources.isEmpty { group.addTask { await self.runSources(until: sourcesStop) } }
-            dispatch(firstEffects, send: insideSend)
-            drainQueued()
-            let ending = await coordinate(host, group: &group, sourcesStop: sourcesStop)
-            host.close()
-            return ending
-        }
-        return finalize(ending)
     }
 
-    /// The running task's work: starts jobs in the group and carries out the shutdown.
-    private func coordinate(
-        _ host: Host,
-        group: inout DiscardingTaskGroup,
-        sourcesStop: OneShotSignal
-    ) async -> LoopReport.Ending {
-        var ending = LoopReport.Ending.drained
-        var deadline: Task<Void, Never>?
-        defer { deadline?.cancel() }
-        while true {
-            switch await host.next() {
-            case .spawn(let jobs):
-                for job in jobs { group.addTask(operation: job.run) }
-            case .stop(let gracePeriod):
-                sourcesStop.fire()
-                if storage.withLock({ $0.isQuiescent }) { host.signalQuiescent() }
-                if deadline == nil {
-                    let clock = self.clock
-                    deadline = Task {
-                        do { try await clock.sleep(for: gracePeriod) } catch { return }
-                        host.signalDeadline()
-                    }
-                }
-            case .deadline:
-                ending = .deadlineExceeded
-                cancelEverything()
-                group.cancelAll()
-                if storage.withLock({ $0.isQuiescent }) { host.signalQuiescent() }
-            case .quiescent:
-                return ending
-            case .cancelled:
-                sourcesStop.fire()
-                let dropped = storage.withLock { engine in
-                    engine.phase = .cancelling
-                    return engine.dropQueuedEvents()
-                }
-                for event in dropped { observer?.observe(.eventDropped(event)) }
-                cancelEverything()
-                group.cancelAll()
-                return .cancelled
-            }
+    /// Runs on `host` from now on: the start-up effects, then the events queued so far. The loop must
+    /// have been claimed for `host`.
+    func start(on host: Host) {
+        host.join()
+        dispatch(firstEffects, send: insideSend)
+        drainQueued()
+    }
+
+    /// Claims and starts the loop on `host` if it is idle (how a group starts its loops).
+    func attach(to host: Host) {
+        if claim(host) == nil { start(on: host) }
+    }
+
+    /// Called once, when shutdown has nothing left to wait for.
+    private func quiesced(_ host: Host) {
+        if let onQuiesced {
+            _ = finalize(.drained)
+            onQuiesced(self)
         }
+        host.leave()
+    }
+
+    /// Drops queued events and cancels everything: the task running the loop was cancelled.
+    func stopAtOnce() {
+        let dropped = storage.withLock { engine in
+            engine.phase = .cancelling
+            return engine.dropQueuedEvents()
+        }
+        for event in dropped { context.observe(.eventDropped(event)) }
+        cancelEverything()
     }
 
     /// Stops taking anything, and cancels every effect in flight or queued.
-    private func cancelEverything() {
-        let (queued, senders) = storage.withLock { engine in
+    func cancelEverything() {
+        let (queued, senders, handles, leaving) = storage.withLock { engine in
             engine.phase = .cancelling
-            return (engine.cancelEverything(), engine.rejectWaitingSenders())
+            let queued = engine.cancelEverything()
+            let handles = engine.controlled.values.compactMap(\.cancel)
+            return (queued, engine.rejectWaitingSenders(), handles, engine.hostToLeave())
         }
-        for effect in queued { observer?.observe(.effectCancelled(effect)) }
+        for effect in queued { context.observe(.effectCancelled(effect)) }
         for sender in senders { sender.resume(returning: .rejected(.stopping)) }
+        for cancel in handles { cancel() }
+        if let leaving { quiesced(leaving) }
     }
 
-    private func finalize(_ ending: LoopReport.Ending) -> LoopReport {
+    /// Records how the loop stopped and releases everyone still waiting on it.
+    func finalize(_ ending: LoopReport.Ending) -> LoopReport {
         let (subscribers, senders) = storage.withLock { engine in
             engine.phase = .stopped
             engine.report.ending = ending
@@ -467,7 +480,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         for subscriber in subscribers { subscriber.resume(returning: nil) }
         for sender in senders { sender.resume(returning: .rejected(.stopped)) }
         let report = self.report
-        observer?.observe(.stopped(report))
+        context.observe(.stopped(report))
         return report
     }
 
@@ -479,39 +492,43 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// over; then it cancels the effects still in flight. `run()` returns the report when all is done.
     /// Calling it before `run()` stops the loop for good; calling it again changes nothing.
     public func stop(gracePeriod: Duration = .seconds(30)) {
-        let (host, wasIdle, senders) = storage.withLock {
-            engine -> (Host?, Bool, [CheckedContinuation<Delivery, Never>]) in
+        if let host = beginStopping() { host.requestStop(gracePeriod: gracePeriod) }
+    }
+
+    /// Stops intake; returns the host the loop runs on, if it runs.
+    @discardableResult
+    func beginStopping() -> Host? {
+        let (host, wasIdle, senders, leaving) = storage.withLock { engine in
             switch engine.phase {
             case .idle:
                 engine.phase = .stopped
                 engine.report.ending = .drained
-                return (nil, true, engine.rejectWaitingSenders())
+                return (nil as Host?, true, engine.rejectWaitingSenders(), nil as Host?)
             case .running:
                 engine.phase = .stopping
-                return (engine.host, false, engine.rejectWaitingSenders())
+                return (engine.host, false, engine.rejectWaitingSenders(), engine.hostToLeave())
             case .stopping, .cancelling, .stopped:
-                return (nil, false, [])
+                return (nil, false, [], nil)
             }
         }
         for sender in senders { sender.resume(returning: .rejected(.stopping)) }
-        if let host {
-            observer?.observe(.stopping)
-            host.requestStop(gracePeriod: gracePeriod)
-        }
+        if host != nil { context.observe(.stopping) }
         if wasIdle { _ = finalize(.drained) }
+        if let leaving { quiesced(leaving) }
+        return host
     }
 
     private func runSources(until stop: OneShotSignal) async {
         let send = outsideSend
         await withDiscardingTaskGroup { group in
-            for source in sources {
+            for source in context.sources {
                 group.addTask {
                     do {
                         try await source.run(send: send)
-                        self.observer?.observe(.sourceFinished)
+                        self.context.observe(.sourceFinished)
                     } catch {
                         if !(error is CancellationError && Task.isCancelled) {
-                            self.observer?.observe(.sourceFailed(error))
+                            self.context.observe(.sourceFailed(error))
                         }
                     }
                 }

@@ -86,6 +86,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     var draining = false
     var report = LoopReport()
     var host: Host?
+    var leftHost = false
 
     var nextID: UInt64 = 0
     var inFlight = 0
@@ -213,6 +214,13 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     var isQuiescent: Bool {
         (phase == .stopping || phase == .cancelling) && inbox.isEmpty && !draining && inFlight == 0
             && queuedCount == 0
+    }
+
+    /// The host to leave, once, when shutdown has nothing left to wait for.
+    mutating func hostToLeave() -> Host? {
+        guard isQuiescent, !leftHost, let host else { return nil }
+        leftHost = true
+        return host
     }
 
     /// Turns away every async sender still waiting for room.

@@ -1,5 +1,3 @@
-internal import Synchronization
-
 /// A signal fired once; every wait for it returns then, or when the waiting task is cancelled.
 final class OneShotSignal: Sendable {
     private struct Waiting {
@@ -8,7 +6,7 @@ final class OneShotSignal: Sendable {
         var nextID: UInt64 = 0
     }
 
-    private let waiting = Mutex(Waiting())
+    private let waiting = Locked(Waiting())
 
     /// Fires the signal, releasing every waiter, now and later.
     func fire() {

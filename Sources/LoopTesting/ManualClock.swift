@@ -1,4 +1,4 @@
-internal import Synchronization
+internal import LoopRuntime
 
 /// A clock whose time moves only when a test moves it.
 ///
@@ -62,7 +62,7 @@ public final class ManualClock: Clock, Sendable {
         }
     }
 
-    private let timeline = Mutex(Timeline())
+    private let timeline = Locked(Timeline())
 
     /// Creates a clock at offset zero.
     public init() {}

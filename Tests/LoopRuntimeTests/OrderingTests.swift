@@ -46,7 +46,7 @@ import Testing
     @Test func anObserverThatSendsIsQueuedNotReentered() async throws {
         let depth = Atomic<Int>(0)
         let deepest = Atomic<Int>(0)
-        let holder = Mutex<Loop<Jobs.State, Jobs.Event, Jobs.Effect>?>(nil)
+        let holder = Locked<Loop<Jobs.State, Jobs.Event, Jobs.Effect>?>(nil)
         let observer = ClosureLoopObserver<Jobs.Event, Jobs.Effect> { activity in
             guard case .eventProcessed(.append(let value), _, _) = activity, value < 50 else { return }
             let now = depth.add(1, ordering: .relaxed).newValue

@@ -1,4 +1,4 @@
-import Synchronization
+import LoopRuntime
 
 /// Named gates a handler waits at until the test opens them; lets a test hold effects in flight.
 final class Gates: Sendable {
@@ -8,7 +8,7 @@ final class Gates: Sendable {
         var arrived: [String: Int] = [:]
     }
 
-    private let board = Mutex(Board())
+    private let board = Locked(Board())
 
     /// Waits until `name` is open; throws `CancellationError` if the task is cancelled first.
     func pass(_ name: String) async throws {

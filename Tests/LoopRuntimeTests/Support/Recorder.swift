@@ -1,7 +1,6 @@
 import EffectHandlers
 import LoopCore
 import LoopRuntime
-import Synchronization
 import Testing
 
 /// What a loop did, as comparable values.
@@ -48,7 +47,7 @@ final class Recorder<Event: Equatable & Sendable, Effect: Equatable & Sendable>:
         var waiters: [(condition: @Sendable ([Entry]) -> Bool, continuation: CheckedContinuation<Bool, Never>)] = []
     }
 
-    private let log = Mutex(Log())
+    private let log = Locked(Log())
 
     func observe(_ activity: LoopActivity<Event, Effect>) {
         let entry = Entry(activity)
