@@ -70,4 +70,19 @@ import Testing
         #expect(moved == 0)
         #expect(loop.state.count == 5_000)
     }
+
+    /// Runs `loop`, performs `body`, then stops it with no grace period: effects still in flight are
+    /// cancelled.
+    static func run(
+        _ loop: Loop<Jobs.State, Jobs.Event, Jobs.Effect>,
+        _ body: () -> Void
+    ) async throws -> LoopReport {
+        try await withThrowingTaskGroup(of: LoopReport.self) { group in
+            group.addTask { try await loop.run() }
+            while !loop.isRunning { await Task.yield() }
+            body()
+            loop.stop(gracePeriod: .zero)
+            return try await group.next() ?? LoopReport()
+        }
+    }
 }
