@@ -18,7 +18,10 @@ let package = Package(
         .target(name: "LoopRuntime", dependencies: ["LoopCore", "EffectHandlers", "EventSources"]),
         .target(name: "LoopTesting", dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"]),
         .testTarget(name: "LoopCoreTests", dependencies: ["LoopCore"]),
-        .testTarget(name: "LoopTestingTests", dependencies: ["LoopCore", "LoopTesting"]),
+        .testTarget(
+            name: "LoopTestingTests",
+            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopTesting"]
+        ),
         .testTarget(
             name: "LoopRuntimeTests",
             dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopTesting"]

@@ -165,6 +165,12 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         }
     }
 
+    /// Whether no event is being processed or waiting: everything sent so far, and every effect started
+    /// inline because of it, has been dealt with. For test harnesses.
+    package var isIdle: Bool {
+        storage.withLock { !$0.draining && $0.inbox.isEmpty }
+    }
+
     /// What the loop has done so far; once stopped, how it stopped.
     public var report: LoopReport {
         var report = storage.withLock { engine in

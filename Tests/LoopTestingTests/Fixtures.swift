@@ -71,3 +71,14 @@ func expectSpecFailure(_ body: () -> SpecResult) -> SpecResult? {
     }
     return result
 }
+
+/// The asynchronous form of ``expectSpecFailure(_:)``.
+func expectAsyncSpecFailure(_ body: () async -> SpecResult) async -> SpecResult? {
+    var result: SpecResult?
+    await withKnownIssue {
+        result = await body()
+    } matching: { issue in
+        issue.comments.contains { $0.rawValue.contains(" difference") && $0.rawValue.contains(": expected ") }
+    }
+    return result
+}

@@ -1,0 +1,312 @@
+public import EffectHandlers
+public import LoopCore
+public import LoopRuntime
+
+/// Drives a real ``LoopRuntime/Loop`` step by step from a test: send events, assert the state, assert the
+/// effects it started, answer them, and assert the events that came back.
+///
+/// Every effect goes to a ``RecordingEffectHandler`` and stays in flight until the test answers it;
+/// time is a ``ManualClock`` the test advances. Use it through ``withLoopHarness(_:fileID:filePath:line:column:_:)``,
+/// which runs the loop for the test's duration and calls ``finish()`` at the end:
+///
+/// ```swift
+/// @Test func jobIsRunThenReported() async throws {
+///     try await withLoopHarness(Worker.program) { harness in
+///         await harness.send(.submitted(job))
+///         harness.expectState(Worker.State(running: [job]))
+///         harness.expectEffects([.run(job)])
+///         await harness.answer(.run(job), with: [.finished(job.id, exitStatus: 0)])
+///         harness.expectReceived([.finished(job.id, exitStatus: 0)])
+///     }
+/// }
+/// ```
+///
+/// ``finish()`` fails the test if effects are still in flight, or if effects started or events received
+/// were never asserted.
+public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & Sendable, Effect: Equatable & Sendable>:
+    Sendable
+{
+    private struct Ledger {
+        var sentByTest = 0
+        var processed: [Event] = []
+        var fromTest: [Bool] = []
+        var assertedReceived = 0
+        var started: [Effect] = []
+        var assertedEffects = 0
+    }
+
+    /// The loop under test.
+    public let loop: Loop<State, Event, Effect>
+    /// The clock the loop's timeouts and grace period run on.
+    public let clock: ManualClock
+    /// The handler every effect is given to.
+    public let effects: RecordingEffectHandler<Effect, Event>
+    private let ledger = Locked(Ledger())
+    private let pendingFromTest = Locked([Event]())
+
+    /// Creates a harness for `program`; effects are scheduled with ``EffectHandlers/EffectLifecycle/immediate``.
+    public convenience init(_ program: Program<State, Event, Effect>) {
+        self.init(program, router: EffectRouter<Effect, Event>())
+    }
+
+    /// Creates a harness for `program`; effects are scheduled by their ``EffectHandlers/ManagedEffect`` lifecycle.
+    public convenience init(_ program: Program<State, Event, Effect>) where Effect: ManagedEffect {
+        self.init(program, router: EffectRouter<Effect, Event>())
+    }
+
+    private init(_ program: Program<State, Event, Effect>, router: EffectRouter<Effect, Event>) {
+        let recording = RecordingEffectHandler<Effect, Event>()
+        let clock = ManualClock()
+        let ledger = self.ledger
+        let pending = self.pendingFromTest
+        let observer = ClosureLoopObserver<Event, Effect> { activity in
+            if case .effectStarted(let effect, _) = activity {
+                ledger.withLock { $0.started.append(effect) }
+                return
+            }
+            guard case .eventProcessed(let event, _, _) = activity else { return }
+            let fromTest = pending.withLock { sent -> Bool in
+                guard let index = sent.firstIndex(of: event) else { return false }
+                sent.remove(at: index)
+                return true
+            }
+            ledger.withLock { ledger in
+                ledger.processed.append(event)
+                ledger.fromTest.append(fromTest)
+            }
+        }
+        self.effects = recording
+        self.clock = clock
+        self.loop = Loop(
+            program: program,
+            effects: router.route({ $0 }, to: recording),
+            observer: observer,
+            clock: clock
+        )
+    }
+
+    /// The loop's current state.
+    public var state: State { loop.state }
+
+    /// Sends `event` to the loop and returns once it has been processed and the effects it started have
+    /// reached the recording handler.
+    @discardableResult
+    public func send(_ event: Event) async -> Delivery {
+        pendingFromTest.withLock { $0.append(event) }
+        let delivery = loop.send(event)
+        if !delivery.isAccepted { pendingFromTest.withLock { $0.removeAll { $0 == event } } }
+        await settle()
+        return delivery
+    }
+
+    /// Answers the in-flight `effect` with `events` and returns once they have been processed. Fails the
+    /// test if no such effect is in flight.
+    public func answer(
+        _ effect: Effect,
+        with events: [Event] = [],
+        fileID: String = #fileID,
+        filePath: StaticString = #filePath,
+        line: UInt = #line,
+        column: UInt = #column
+    ) async {
+        let before = (ledger.withLock { $0.processed.count }, ended)
+        await settle()
+        guard effects.answer(effect, with: events) else {
+            SourceSite(fileID: fileID, filePath: filePath, line: line, column: column)
+                .fail("no effect \(Rendering.of(effect)) is in flight; in flight: \(Rendering.of(effects.inFlight))")
+            return
+        }
+        await waitUntil { ledger.withLock { $0.processed.count } >= before.0 + events.count && ended > before.1 }
+        await settle()
+    }
+
+    /// Fails the in-flight `effect` with `error` (its handler throws it) and returns once the loop has
+    /// dealt with it.
+    public func fail(_ effect: Effect, with error: any Error) async {
+        let before = ended
+        await settle()
+        guard effects.fail(effect, with: error) else { return }
+        await waitUntil { ended > before }
+        await settle()
+    }
+
+    /// Checks the loop's state.
+    @discardableResult
+    public func expectState(
+        _ expected: State,
+        fileID: String = #fileID,
+        filePath: StaticString = #filePath,
+        line: UInt = #line,
+        column: UInt = #column
+    ) -> SpecResult {
+        let actual = loop.state
+        let differences = actual == expected ? [] : Then<State, Effect>.differences(expected, actual, at: "state")
+        return report(
+            SpecResult(subject: "harness state", differences: differences),
+            SourceSite(fileID: fileID, filePath: filePath, line: line, column: column)
+        )
+    }
+
+    /// Checks the effects the loop started since the last check, in the order it started them, and marks
+    /// them asserted.
+    @discardableResult
+    public func expectEffects(
+        _ expected: [Effect],
+        fileID: String = #fileID,
+        filePath: StaticString = #filePath,
+        line: UInt = #line,
+        column: UInt = #column
+    ) -> SpecResult {
+        let actual = ledger.withLock { ledger in
+            defer { ledger.assertedEffects = ledger.started.count }
+            return Array(ledger.started[ledger.assertedEffects...])
+        }
+        let differences = actual == expected ? [] : Then<State, Effect>.differences(expected, actual, at: "effects")
+        return report(
+            SpecResult(subject: "harness effects started", differences: differences),
+            SourceSite(fileID: fileID, filePath: filePath, line: line, column: column)
+        )
+    }
+
+    /// Checks the events the loop received from its effects since the last check, in order, and marks
+    /// them asserted. Events the test sent itself are not included.
+    @discardableResult
+    public func expectReceived(
+        _ expected: [Event],
+        fileID: String = #fileID,
+        filePath: StaticString = #filePath,
+        line: UInt = #line,
+        column: UInt = #column
+    ) -> SpecResult {
+        let actual = ledger.withLock { ledger in
+            let received = zip(ledger.processed, ledger.fromTest).filter { !$0.1 }.map(\.0)
+            defer { ledger.assertedReceived = received.count }
+            return Array(received[ledger.assertedReceived...])
+        }
+        let differences = actual == expected ? [] : Then<State, Effect>.differences(expected, actual, at: "received")
+        return report(
+            SpecResult(subject: "harness events received", differences: differences),
+            SourceSite(fileID: fileID, filePath: filePath, line: line, column: column)
+        )
+    }
+
+    /// Fails the test if effects are still in flight, or if effects started or events received since the
+    /// last checks were never asserted.
+    @discardableResult
+    public func finish(
+        fileID: String = #fileID,
+        filePath: StaticString = #filePath,
+        line: UInt = #line,
+        column: UInt = #column
+    ) async -> SpecResult {
+        await settle()
+        let (unassertedEffects, unassertedEvents) = ledger.withLock { ledger in
+            let received = zip(ledger.processed, ledger.fromTest).filter { !$0.1 }.map(\.0)
+            return (
+                Array(ledger.started.dropFirst(ledger.assertedEffects)),
+                Array(received.dropFirst(ledger.assertedReceived))
+            )
+        }
+        var differences: [Difference] = []
+        let held = effects.inFlight
+        if !held.isEmpty {
+            differences.append(Difference(path: "effects in flight", expected: "none", actual: Rendering.of(held)))
+        }
+        if !unassertedEffects.isEmpty {
+            differences.append(
+                Difference(
+                    path: "effects started, never asserted",
+                    expected: "none",
+                    actual: Rendering.of(unassertedEffects)
+                )
+            )
+        }
+        if !unassertedEvents.isEmpty {
+            differences.append(
+                Difference(
+                    path: "events received, never asserted",
+                    expected: "none",
+                    actual: Rendering.of(unassertedEvents)
+                )
+            )
+        }
+        return report(
+            SpecResult(subject: "harness finish", differences: differences),
+            SourceSite(fileID: fileID, filePath: filePath, line: line, column: column)
+        )
+    }
+
+    private func report(_ result: SpecResult, _ site: SourceSite) -> SpecResult {
+        if !result.passed { site.fail(result.description) }
+        return result
+    }
+
+    /// How many effects have ended, however they ended.
+    private var ended: Int {
+        let report = loop.report
+        return report.effectsStarted - report.effectsInFlight
+    }
+
+    /// Returns once the loop is idle and every effect in flight has reached the recording handler.
+    private func settle() async {
+        await waitUntil { loop.isIdle && effects.inFlight.count >= loop.report.effectsInFlight }
+    }
+
+    private func waitUntil(_ condition: () -> Bool) async {
+        while !condition() { await Task.yield() }
+    }
+}
+
+/// Runs `body` with a ``LoopHarness`` for `program` whose loop runs for the duration of `body`; then
+/// calls ``LoopHarness/finish()`` and stops the loop, cancelling whatever is still in flight.
+public func withLoopHarness<State, Event, Effect>(
+    _ program: Program<State, Event, Effect>,
+    fileID: String = #fileID,
+    filePath: StaticString = #filePath,
+    line: UInt = #line,
+    column: UInt = #column,
+    _ body: (LoopHarness<State, Event, Effect>) async throws -> Void
+) async throws {
+    try await runHarness(
+        LoopHarness(program),
+        SourceSite(fileID: fileID, filePath: filePath, line: line, column: column),
+        body
+    )
+}
+
+/// Runs `body` with a ``LoopHarness`` for `program`, scheduling effects by their lifecycle; see
+/// ``withLoopHarness(_:fileID:filePath:line:column:_:)``.
+public func withLoopHarness<State, Event, Effect: ManagedEffect>(
+    _ program: Program<State, Event, Effect>,
+    fileID: String = #fileID,
+    filePath: StaticString = #filePath,
+    line: UInt = #line,
+    column: UInt = #column,
+    _ body: (LoopHarness<State, Event, Effect>) async throws -> Void
+) async throws {
+    try await runHarness(
+        LoopHarness(program),
+        SourceSite(fileID: fileID, filePath: filePath, line: line, column: column),
+        body
+    )
+}
+
+private func runHarness<State, Event, Effect>(
+    _ harness: LoopHarness<State, Event, Effect>,
+    _ site: SourceSite,
+    _ body: (LoopHarness<State, Event, Effect>) async throws -> Void
+) async throws {
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await harness.loop.run() }
+        while !harness.loop.isRunning { await Task.yield() }
+        do {
+            try await body(harness)
+        } catch {
+            harness.loop.stop(gracePeriod: .zero)
+            throw error
+        }
+        await harness.finish(fileID: site.fileID, filePath: site.filePath, line: site.line, column: site.column)
+        harness.loop.stop(gracePeriod: .zero)
+        try await group.waitForAll()
+    }
+}
