@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "EventSources", targets: ["EventSources"]),
         .library(name: "LoopRuntime", targets: ["LoopRuntime"]),
         .library(name: "LoopTesting", targets: ["LoopTesting"]),
+        .executable(name: "loop-bench", targets: ["loop-bench"]),
     ],
     targets: [
         .target(name: "LoopCore"),
@@ -17,6 +18,10 @@ let package = Package(
         .target(name: "EventSources", dependencies: ["LoopCore"]),
         .target(name: "LoopRuntime", dependencies: ["LoopCore", "EffectHandlers", "EventSources"]),
         .target(name: "LoopTesting", dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"]),
+        .executableTarget(
+            name: "loop-bench",
+            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime"]
+        ),
         .testTarget(name: "LoopCoreTests", dependencies: ["LoopCore"]),
         .testTarget(
             name: "LoopTestingTests",

@@ -4,11 +4,21 @@
 /// started by whichever thread processed the event. The host is the hand-over: threads post jobs
 /// here, and the task running `run()` adds them to its group. Posting never waits; the running task
 /// is woken at most once per batch of jobs.
+@usableFromInline
 final class Host: Sendable {
     /// Work for the group, and what to do instead if the host has closed and can no longer run it.
+    @usableFromInline
     struct Job: Sendable {
+        @usableFromInline
         var run: @Sendable () async -> Void
+        @usableFromInline
         var abandon: @Sendable () -> Void
+
+        @inlinable
+        init(run: @escaping @Sendable () async -> Void, abandon: @escaping @Sendable () -> Void) {
+            self.run = run
+            self.abandon = abandon
+        }
     }
 
     /// What the running task is told to do next.
@@ -57,6 +67,7 @@ final class Host: Sendable {
 
     /// Runs `job` in the group as soon as the running task gets to it; abandons it at once if the host
     /// has closed.
+    @usableFromInline
     func spawn(_ job: Job) {
         let closed = mailbox.withLock { $0.closed }
         guard !closed else { return job.abandon() }
@@ -68,6 +79,7 @@ final class Host: Sendable {
     }
 
     /// Stops taking jobs, abandoning those not yet run; later ones are abandoned when spawned.
+    @usableFromInline
     func close() {
         let leftovers = mailbox.withLock { mailbox in
             mailbox.closed = true
@@ -78,6 +90,7 @@ final class Host: Sendable {
     }
 
     /// Asks for a graceful stop within `gracePeriod`.
+    @usableFromInline
     func requestStop(gracePeriod: Duration) {
         post { mailbox in
             mailbox.stop = mailbox.stop.map { min($0, gracePeriod) } ?? gracePeriod
@@ -87,17 +100,20 @@ final class Host: Sendable {
     }
 
     /// The grace period is over.
+    @usableFromInline
     func signalDeadline() {
         post { $0.deadline = true }
     }
 
     /// A loop starts running on this host.
+    @usableFromInline
     func join() {
         mailbox.withLock { $0.members += 1 }
     }
 
     /// A loop has nothing left to do while stopping; once every member has left after a stop was
     /// requested, the host is done.
+    @usableFromInline
     func leave() {
         post { mailbox in
             mailbox.members -= 1

@@ -2,17 +2,27 @@
 ///
 /// Two stacks: new elements go on `incoming`; the front is the end of `outgoing`, refilled by reversing
 /// `incoming` when it runs out.
+@usableFromInline
 struct Inbox<Element> {
-    private var incoming: [Element] = []
-    private var outgoing: [Element] = []
+    @usableFromInline
+    var incoming: [Element] = []
+    @usableFromInline
+    var outgoing: [Element] = []
 
+    @inlinable
+    init() {}
+
+    @usableFromInline
     var count: Int { incoming.count + outgoing.count }
+    @usableFromInline
     var isEmpty: Bool { incoming.isEmpty && outgoing.isEmpty }
 
+    @inlinable
     mutating func append(_ element: Element) {
         incoming.append(element)
     }
 
+    @inlinable
     mutating func popFirst() -> Element? {
         if outgoing.isEmpty {
             guard !incoming.isEmpty else { return nil }
@@ -23,6 +33,7 @@ struct Inbox<Element> {
     }
 
     /// Empties the queue, returning its elements in order.
+    @inlinable
     mutating func removeAll() -> [Element] {
         let all = outgoing.reversed() + incoming
         incoming = []

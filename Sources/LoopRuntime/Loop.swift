@@ -27,15 +27,30 @@ internal import Synchronization
 /// - **Lifecycle.** ``run()`` runs the loop once, in structured concurrency. ``stop(gracePeriod:)``
 ///   shuts it down gracefully; cancelling the task running ``run()`` stops it at once.
 public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
-    private let storage: Locked<LoopEngine<State, Event, Effect>>
-    private let firstEffects: [Effect]
-    private let context: LoopContext<State, Event, Effect>
+    @usableFromInline
+    let storage: Locked<LoopEngine<State, Event, Effect>>
+    @usableFromInline
+    let firstEffects: [Effect]
+    @usableFromInline
+    let context: LoopContext<State, Event, Effect>
     /// Called once when this loop, hosted by a group and asked to stop, has nothing left to do.
-    private let onQuiesced: (@Sendable (Loop) -> Void)?
+    @usableFromInline
+    let onQuiesced: (@Sendable (Loop) -> Void)?
     private let identifiers = Atomic<UInt64>(0)
     private let syncStarted = Atomic<Int>(0)
     private let syncCompleted = Atomic<Int>(0)
     private let syncFailed = Atomic<Int>(0)
+
+    /// Counts a synchronous effect (or an unrouted one) as started, and how it ended.
+    @usableFromInline
+    func countSync(completed: Bool) {
+        syncStarted.add(1, ordering: .relaxed)
+        if completed {
+            syncCompleted.add(1, ordering: .relaxed)
+        } else {
+            syncFailed.add(1, ordering: .relaxed)
+        }
+    }
 
     /// Creates a loop for `program`.
     ///
@@ -86,6 +101,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// Never waits: if the loop is idle the event is processed on this thread before `send` returns,
     /// otherwise it is queued. Rejected, with the reason, once the loop is stopping or stopped, or
     /// when a bounded inbox is full and its policy rejects.
+    @inlinable
     @discardableResult
     public func send(_ event: Event) -> Delivery {
         receive(event, from: .outside)
@@ -117,11 +133,13 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         }
     }
 
-    private func receive(_ event: Event, from origin: Origin) -> Delivery {
+    @inlinable
+    func receive(_ event: Event, from origin: Origin) -> Delivery {
         conclude(storage.withLock { $0.receive(event, from: origin) }, event)
     }
 
-    private func conclude(_ reception: LoopEngine<State, Event, Effect>.Reception, _ event: Event) -> Delivery {
+    @inlinable
+    func conclude(_ reception: LoopEngine<State, Event, Effect>.Reception, _ event: Event) -> Delivery {
         switch reception {
         case .queued:
             return .accepted
@@ -139,12 +157,14 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     /// What handlers send through: accepted while the loop is stopping, so effects still in flight can
     /// report their results.
-    private var insideSend: Send<Event> {
+    @inlinable
+    var insideSend: Send<Event> {
         Send { [weak self] event in self?.receive(event, from: .inside) ?? .rejected(.stopped) }
     }
 
     /// What sources send through: like ``send(_:)``.
-    private var outsideSend: Send<Event> {
+    @inlinable
+    var outsideSend: Send<Event> {
         Send { [weak self] event in self?.receive(event, from: .outside) ?? .rejected(.stopped) }
     }
 
@@ -197,12 +217,17 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     // MARK: Processing
 
     /// Processes events, starting with `first`, until the inbox is empty.
-    private func drain(from first: Step<State, Event, Effect>) {
-        let send = insideSend
+    @inlinable
+    func drain(from first: Step<State, Event, Effect>) {
+        var send: Send<Event>?
         var next: Step<State, Event, Effect>? = first
         while let step = next {
             conclude(step)
-            dispatch(step.effects, send: send)
+            if !step.effects.isEmpty {
+                let sender = send ?? insideSend
+                send = sender
+                dispatch(step.effects, send: sender)
+            }
             let (following, leaving) = storage.withLock { engine -> (Step<State, Event, Effect>?, Host?) in
                 if let step = engine.nextStep() { return (step, nil) }
                 return (nil, engine.hostToLeave())
@@ -213,7 +238,8 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     }
 
     /// Starts draining events queued while nobody was processing (before `run()`).
-    private func drainQueued() {
+    @inlinable
+    func drainQueued() {
         let first = storage.withLock { engine -> Step<State, Event, Effect>? in
             guard !engine.draining else { return nil }
             engine.draining = true
@@ -222,16 +248,15 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         if let first { drain(from: first) }
     }
 
-    private func conclude(_ step: Step<State, Event, Effect>) {
+    @inlinable
+    func conclude(_ step: Step<State, Event, Effect>) {
         context.observe(.eventProcessed(step.event, duration: step.duration, inboxDepth: step.inboxDepth))
-        if let state = step.state {
-            for subscriber in step.subscribers { subscriber.resume(returning: state) }
-        }
-        step.admittedSender?.resume(returning: .accepted)
+        step.wakeups?.resume()
     }
 
     /// Starts `effects` in order.
-    private func dispatch(_ effects: [Effect], send: Send<Event>) {
+    @inlinable
+    func dispatch(_ effects: [Effect], send: Send<Event>) {
         for effect in effects {
             let lifecycle = context.router.lifecycle(of: effect)
             if lifecycle.policy == .cancel, let key = lifecycle.key {
@@ -246,39 +271,40 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
             case .async(let perform):
                 start(effect, lifecycle, perform)
             case nil:
-                syncStarted.add(1, ordering: .relaxed)
-                syncFailed.add(1, ordering: .relaxed)
+                countSync(completed: false)
                 reportFailure(of: effect, EffectError.unrouted, send: send)
             }
         }
     }
 
-    private func performSync(
+    @inlinable
+    func performSync(
         _ effect: Effect,
         _ lifecycle: EffectLifecycle,
         _ perform: @Sendable (Send<Event>) throws -> Void,
         send: Send<Event>
     ) {
-        syncStarted.add(1, ordering: .relaxed)
         context.observe(.effectStarted(effect, lifecycle: lifecycle))
         do {
             try perform(send)
-            syncCompleted.add(1, ordering: .relaxed)
+            countSync(completed: true)
             context.observe(.effectCompleted(effect))
         } catch {
-            syncFailed.add(1, ordering: .relaxed)
+            countSync(completed: false)
             reportFailure(of: effect, error, send: send)
         }
     }
 
     /// Reports a failed effect and sends the event the program maps its error to, if any.
-    private func reportFailure(of effect: Effect, _ error: any Error, send: Send<Event>) {
+    @inlinable
+    func reportFailure(of effect: Effect, _ error: any Error, send: Send<Event>) {
         let mapped = context.router.event(for: error, of: effect)
         context.observe(.effectFailed(effect, error: error, mappedTo: mapped))
         if let mapped { send(mapped) }
     }
 
-    private func start(
+    @inlinable
+    func start(
         _ effect: Effect,
         _ lifecycle: EffectLifecycle,
         _ perform: @escaping @Sendable (Send<Event>) async throws -> Void
@@ -299,7 +325,8 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     }
 
     /// Hands an admitted effect to the task group; it counts as started from here, in dispatch order.
-    private func spawn(_ effect: QueuedEffect<Effect, Event>, on host: Host?) {
+    @inlinable
+    func spawn(_ effect: QueuedEffect<Effect, Event>, on host: Host?) {
         context.observe(.effectStarted(effect.effect, lifecycle: effect.lifecycle))
         let job = Host.Job(
             run: { await self.perform(effect, on: host) },
@@ -310,7 +337,8 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     }
 
     /// Runs one asynchronous effect in its task, then accounts for it.
-    private func perform(_ effect: QueuedEffect<Effect, Event>, on host: Host?) async {
+    @inlinable
+    func perform(_ effect: QueuedEffect<Effect, Event>, on host: Host?) async {
         let send = insideSend
         let result =
             if effect.lifecycle.key == nil && effect.lifecycle.timeout == nil {
@@ -323,7 +351,8 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     /// Runs an effect that may be cancelled on its own or time out: the handler runs in a task whose
     /// handle the loop keeps, and which this task awaits, so it never outlives the loop's task group.
-    private func performControlled(_ effect: QueuedEffect<Effect, Event>, send: Send<Event>) async -> EffectOutcome {
+    @inlinable
+    func performControlled(_ effect: QueuedEffect<Effect, Event>, send: Send<Event>) async -> EffectOutcome {
         let id = effect.id
         guard !storage.withLock({ $0.isCancelled(id) }) else { return .cancelled }
         let work = Task { await Self.outcome { try await effect.perform(send) } }
@@ -348,7 +377,8 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         return result
     }
 
-    private static func outcome(_ body: () async throws -> Void) async -> EffectOutcome {
+    @inlinable
+    static func outcome(_ body: () async throws -> Void) async -> EffectOutcome {
         do {
             try await body()
             return .completed
@@ -359,7 +389,8 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     /// Accounts for an ended effect: reports it, sends the event its error maps to (while it still
     /// counts as in flight, so shutdown waits for that event), and starts the next one queued behind it.
-    private func finish(_ effect: QueuedEffect<Effect, Event>, _ result: EffectOutcome, on host: Host?) {
+    @inlinable
+    func finish(_ effect: QueuedEffect<Effect, Event>, _ result: EffectOutcome, on host: Host?) {
         let outcome = storage.withLock { $0.resolve(effect.id, result) }
         let send = insideSend
         switch outcome {
@@ -443,7 +474,8 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     }
 
     /// Called once, when shutdown has nothing left to wait for.
-    private func quiesced(_ host: Host) {
+    @inlinable
+    func quiesced(_ host: Host) {
         if let onQuiesced {
             _ = finalize(.drained)
             onQuiesced(self)
@@ -476,6 +508,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     }
 
     /// Records how the loop stopped and releases everyone still waiting on it.
+    @usableFromInline
     func finalize(_ ending: LoopReport.Ending) -> LoopReport {
         let (subscribers, senders) = storage.withLock { engine in
             engine.phase = .stopped

@@ -1,7 +1,8 @@
-internal import EffectHandlers
-internal import LoopCore
+public import EffectHandlers
+public import LoopCore
 
 /// Where a loop is in its life.
+@usableFromInline
 enum Phase: Equatable {
     /// Created, not yet running: events are queued, not processed.
     case idle
@@ -16,33 +17,90 @@ enum Phase: Equatable {
 }
 
 /// Where an event came from: the outside world, or the loop's own effects.
+@usableFromInline
 enum Origin {
     case outside
     case inside
 }
 
 /// One processed event: what the loop reports and does once the lock is released.
-struct Step<State, Event, Effect> {
+///
+/// Kept to fixed-layout fields so the hot path copies it without runtime calls; the rare wake-ups
+/// (state-stream consumers, an admitted async sender) live behind one optional reference.
+@usableFromInline
+struct Step<State: Sendable, Event, Effect> {
+    @usableFromInline
     var event: Event
+    @usableFromInline
     var effects: [Effect]
+    @usableFromInline
     var duration: Duration
+    @usableFromInline
     var inboxDepth: Int
-    /// State-stream consumers waiting for the next state, and the state to give them.
+    @usableFromInline
+    var wakeups: Wakeups<State>?
+
+    @inlinable
+    init(event: Event, effects: [Effect], duration: Duration, inboxDepth: Int) {
+        self.event = event
+        self.effects = effects
+        self.duration = duration
+        self.inboxDepth = inboxDepth
+    }
+}
+
+/// Who to wake after a step: state-stream consumers waiting for the next state (with that state), and
+/// an async sender whose event took the room the step freed.
+@usableFromInline
+final class Wakeups<State: Sendable> {
+    @usableFromInline
     var subscribers: [CheckedContinuation<State?, Never>] = []
+    @usableFromInline
     var state: State?
-    /// An async sender whose event took the room this step freed.
+    @usableFromInline
     var admittedSender: CheckedContinuation<Delivery, Never>?
+
+    @usableFromInline
+    init() {}
+
+    /// Resumes everyone; call after the lock is released.
+    @usableFromInline
+    func resume() {
+        if let state {
+            for subscriber in subscribers { subscriber.resume(returning: state) }
+        }
+        admittedSender?.resume(returning: .accepted)
+    }
 }
 
 /// An asynchronous effect waiting for its turn behind another with the same key.
+@usableFromInline
 struct QueuedEffect<Effect: Sendable, Event: Sendable>: Sendable {
+    @usableFromInline
     var id: UInt64
+    @usableFromInline
     var effect: Effect
+    @usableFromInline
     var lifecycle: EffectLifecycle
+    @usableFromInline
     var perform: @Sendable (Send<Event>) async throws -> Void
+
+    @inlinable
+    init(
+        id: UInt64,
+        effect: Effect,
+        lifecycle: EffectLifecycle,
+        perform: @escaping @Sendable (Send<Event>) async throws -> Void
+    ) {
+        self.id = id
+        self.effect = effect
+        self.lifecycle = lifecycle
+        self.perform = perform
+    }
 }
 
 /// How an asynchronous effect is let in.
+@usableFromInline
 enum Admission<Effect: Sendable, Event: Sendable> {
     /// Start it now under `id`; first cancel `cancelling` and report `cancelledQueued` as cancelled.
     case start(id: UInt64, cancelling: [@Sendable () -> Void], cancelledQueued: [Effect])
@@ -55,7 +113,8 @@ enum Admission<Effect: Sendable, Event: Sendable> {
 }
 
 /// How an asynchronous effect ended.
-enum EffectOutcome {
+@usableFromInline
+enum EffectOutcome: Sendable {
     case completed
     case failed(any Error)
     case cancelled
@@ -64,41 +123,80 @@ enum EffectOutcome {
 
 /// The loop's whole mutable state, kept behind one lock: a value-type state machine whose methods
 /// decide, and return what the caller must do after releasing the lock.
+@usableFromInline
 struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// Bookkeeping for an effect that can be cancelled on its own (it has a key or a timeout).
+    @usableFromInline
     struct Controlled {
+        @usableFromInline
         var key: EffectKey?
+        @usableFromInline
         var cancel: (@Sendable () -> Void)?
+        @usableFromInline
         var cancelRequested = false
+        @usableFromInline
         var timedOut: Duration?
+
+        @inlinable
+        init(key: EffectKey?) {
+            self.key = key
+        }
     }
 
+    @usableFromInline
     struct Subscriber {
+        @usableFromInline
         var seen: UInt64
+        @usableFromInline
         var waiter: CheckedContinuation<State?, Never>?
+
+        @inlinable
+        init(seen: UInt64, waiter: CheckedContinuation<State?, Never>?) {
+            self.seen = seen
+            self.waiter = waiter
+        }
     }
 
+    @usableFromInline
     var machine: Machine<State, Event, Effect>
+    @usableFromInline
     let policy: InboxPolicy
+    @usableFromInline
     let timed: Bool
+    @usableFromInline
     var phase = Phase.idle
+    @usableFromInline
     var inbox = Inbox<Event>()
+    @usableFromInline
     var draining = false
+    @usableFromInline
     var report = LoopReport()
+    @usableFromInline
     var host: Host?
+    @usableFromInline
     var leftHost = false
 
+    @usableFromInline
     var nextID: UInt64 = 0
+    @usableFromInline
     var inFlight = 0
+    @usableFromInline
     var controlled: [UInt64: Controlled] = [:]
+    @usableFromInline
     var activeByKey: [EffectKey: [UInt64]] = [:]
+    @usableFromInline
     var queuedByKey: [EffectKey: Inbox<QueuedEffect<Effect, Event>>] = [:]
+    @usableFromInline
     var queuedCount = 0
 
+    @usableFromInline
     var waitingSenders: [(id: UInt64, event: Event, continuation: CheckedContinuation<Delivery, Never>)] = []
+    @usableFromInline
     var subscribers: [UInt64: Subscriber] = [:]
+    @usableFromInline
     var version: UInt64 = 0
 
+    @inlinable
     init(machine: Machine<State, Event, Effect>, policy: InboxPolicy, timed: Bool) {
         self.machine = machine
         self.policy = policy
@@ -107,6 +205,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     // MARK: Events
 
+    @usableFromInline
     enum Reception {
         case rejected(Rejection)
         case queued
@@ -115,6 +214,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     /// Takes `event` into the inbox, or, when nothing else is being processed, processes it at once.
+    @inlinable
     mutating func receive(_ event: Event, from origin: Origin) -> Reception {
         report.eventsSent += 1
         if let rejection = rejection(from: origin) {
@@ -145,6 +245,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     /// Why an event from `origin` is turned away now, if it is.
+    @inlinable
     func rejection(from origin: Origin) -> Rejection? {
         switch phase {
         case .idle, .running: nil
@@ -155,11 +256,13 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     /// For an async sender of `event` to a full suspending inbox: whether it must wait.
+    @inlinable
     mutating func mustWait(for event: Event) -> Bool {
         guard let capacity = policy.capacity, policy.overflow == .suspendSender else { return false }
         return rejection(from: .outside) == nil && inbox.count >= capacity
     }
 
+    @inlinable
     mutating func enqueueWaitingSender(
         _ id: UInt64,
         _ event: Event,
@@ -169,6 +272,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     /// Removes a waiting sender that gave up; its continuation, if it was still waiting.
+    @inlinable
     mutating func removeWaitingSender(_ id: UInt64) -> CheckedContinuation<Delivery, Never>? {
         guard let index = waitingSenders.firstIndex(where: { $0.id == id }) else { return nil }
         report.eventsSent += 1
@@ -177,6 +281,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     /// The next queued event, processed; or `nil`, ending this drain, when the inbox is empty.
+    @inlinable
     mutating func nextStep() -> Step<State, Event, Effect>? {
         guard phase == .running || phase == .stopping, let event = inbox.popFirst() else {
             draining = false
@@ -187,15 +292,24 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             let waiting = waitingSenders.removeFirst()
             report.eventsSent += 1
             inbox.append(waiting.event)
-            step.admittedSender = waiting.continuation
+            let wakeups = step.wakeups ?? Wakeups()
+            wakeups.admittedSender = waiting.continuation
+            step.wakeups = wakeups
         }
         return step
     }
 
-    private mutating func process(_ event: Event) -> Step<State, Event, Effect> {
-        let start = timed ? ContinuousClock.now : nil
-        let effects = machine.process(event)
-        let duration = start.map { ContinuousClock.now - $0 } ?? .zero
+    @inlinable
+    mutating func process(_ event: Event) -> Step<State, Event, Effect> {
+        let effects: [Effect]
+        var duration = Duration.zero
+        if timed {
+            let start = ContinuousClock.now
+            effects = machine.process(event)
+            duration = ContinuousClock.now - start
+        } else {
+            effects = machine.process(event)
+        }
         report.eventsProcessed += 1
         version &+= 1
         var step = Step<State, Event, Effect>(
@@ -211,12 +325,14 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     // MARK: Lifecycle
 
     /// Whether shutdown has nothing left to wait for.
+    @inlinable
     var isQuiescent: Bool {
         (phase == .stopping || phase == .cancelling) && inbox.isEmpty && !draining && inFlight == 0
             && queuedCount == 0
     }
 
     /// The host to leave, once, when shutdown has nothing left to wait for.
+    @inlinable
     mutating func hostToLeave() -> Host? {
         guard isQuiescent, !leftHost, let host else { return nil }
         leftHost = true
@@ -224,6 +340,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     /// Turns away every async sender still waiting for room.
+    @inlinable
     mutating func rejectWaitingSenders() -> [CheckedContinuation<Delivery, Never>] {
         let waiting = waitingSenders
         waitingSenders = []
@@ -233,6 +350,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     /// Drops every queued event (an immediate stop), returning them for the observer.
+    @inlinable
     mutating func dropQueuedEvents() -> [Event] {
         let dropped = inbox.removeAll()
         report.eventsDropped += dropped.count
@@ -242,11 +360,13 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     // MARK: Effects
 
     /// Counts a synchronous effect as started.
+    @inlinable
     mutating func startSync() {
         report.effectsStarted += 1
     }
 
     /// Lets an asynchronous effect in according to its lifecycle.
+    @inlinable
     mutating func admit(
         _ effect: Effect,
         _ lifecycle: EffectLifecycle,
@@ -281,7 +401,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         return .start(id: nextID, cancelling: cancelling, cancelledQueued: cancelledQueued)
     }
 
-    private mutating func begin(_ id: UInt64, _ lifecycle: EffectLifecycle) {
+    @inlinable
+    mutating func begin(_ id: UInt64, _ lifecycle: EffectLifecycle) {
         inFlight += 1
         report.effectsStarted += 1
         if lifecycle.key != nil || lifecycle.timeout != nil {
@@ -292,6 +413,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     /// Cancels every effect with `key`: returns the cancel handles of those running and the queued
     /// ones, which never start.
+    @inlinable
     mutating func cancel(_ key: EffectKey) -> ([@Sendable () -> Void], [Effect]) {
         var handles: [@Sendable () -> Void] = []
         for id in activeByKey[key] ?? [] {
@@ -308,6 +430,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     /// Cancels every effect in flight or queued (shutdown past its deadline); the queued ones never start.
+    @inlinable
     mutating func cancelEverything() -> [Effect] {
         var cancelled: [Effect] = []
         for key in Array(queuedByKey.keys) {
@@ -318,6 +441,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     /// Records the task's cancel handle; `false` when cancellation was already asked for, in which case
     /// the caller cancels at once.
+    @inlinable
     mutating func attach(_ id: UInt64, cancel: @escaping @Sendable () -> Void) -> Bool {
         guard var entry = controlled[id] else { return true }
         entry.cancel = cancel
@@ -326,6 +450,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     /// Marks an effect as timed out; its cancel handle, if it is still running and not yet cancelled.
+    @inlinable
     mutating func timeOut(_ id: UInt64, after timeout: Duration) -> (@Sendable () -> Void)? {
         guard var entry = controlled[id], !entry.cancelRequested, entry.timedOut == nil else { return nil }
         entry.timedOut = timeout
@@ -334,12 +459,14 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     /// Whether the effect `id` should not start at all (it was cancelled while waiting to start).
+    @inlinable
     func isCancelled(_ id: UInt64) -> Bool {
         controlled[id]?.cancelRequested ?? false
     }
 
     /// How an effect's run ends once the loop's own decisions are counted: a timeout or a cancellation
     /// the loop asked for outweighs what the handler did.
+    @inlinable
     func resolve(_ id: UInt64, _ result: EffectOutcome) -> EffectOutcome {
         if let timeout = controlled[id]?.timedOut { return .timedOut(timeout) }
         if controlled[id]?.cancelRequested == true { return .cancelled }
@@ -348,6 +475,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     /// Records how an asynchronous effect ended (as resolved); returns the next queued effect with its key, now
     /// started, if any.
+    @inlinable
     mutating func finish(
         _ id: UInt64,
         _ lifecycle: EffectLifecycle,
@@ -379,10 +507,12 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     // MARK: State stream
 
+    @inlinable
     mutating func subscribe(_ id: UInt64) {
         subscribers[id] = Subscriber(seen: version &- 1, waiter: nil)
     }
 
+    @usableFromInline
     enum Poll {
         case value(State)
         case finished
@@ -390,6 +520,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     /// The state a consumer has not seen yet, the end of the stream, or that it must wait.
+    @inlinable
     mutating func poll(_ id: UInt64) -> Poll {
         guard var subscriber = subscribers[id] else { return .finished }
         if subscriber.seen != version {
@@ -404,20 +535,28 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         return .wait
     }
 
+    @inlinable
     mutating func unsubscribe(_ id: UInt64) -> CheckedContinuation<State?, Never>? {
         subscribers.removeValue(forKey: id)?.waiter
     }
 
-    private mutating func collectSubscribers(into step: inout Step<State, Event, Effect>) {
+    @inlinable
+    mutating func collectSubscribers(into step: inout Step<State, Event, Effect>) {
+        var waiters: [CheckedContinuation<State?, Never>] = []
         for (id, subscriber) in subscribers {
             guard let waiter = subscriber.waiter else { continue }
-            step.subscribers.append(waiter)
+            waiters.append(waiter)
             subscribers[id] = Subscriber(seen: version, waiter: nil)
         }
-        if !step.subscribers.isEmpty { step.state = machine.state }
+        guard !waiters.isEmpty else { return }
+        let wakeups = step.wakeups ?? Wakeups()
+        wakeups.subscribers = waiters
+        wakeups.state = machine.state
+        step.wakeups = wakeups
     }
 
     /// Ends every consumer's wait at the stop.
+    @inlinable
     mutating func finishSubscribers() -> [CheckedContinuation<State?, Never>] {
         var waiters: [CheckedContinuation<State?, Never>] = []
         for (id, subscriber) in subscribers {

@@ -54,6 +54,7 @@ public struct LoopReport: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Effects cancelled after they started (those cancelled while queued never started).
+    @usableFromInline
     var effectsCancelledAfterStart = 0
 
     /// One line with every count.

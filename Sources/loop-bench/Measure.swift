@@ -1,0 +1,91 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Timing, medians and process memory for the benchmark.
+enum Measure {
+    /// Seconds `body` takes.
+    static func seconds(_ body: () async throws -> Void) async rethrows -> Double {
+        let start = ContinuousClock.now
+        try await body()
+        let elapsed = ContinuousClock.now - start
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    }
+
+    static func median(_ values: [Double]) -> Double {
+        let sorted = values.sorted()
+        guard !sorted.isEmpty else { return 0 }
+        return sorted.count % 2 == 1
+            ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+    }
+
+    /// A field of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`), or 0 when unreadable.
+    static func status(_ field: String) -> Int {
+        let descriptor = open("/proc/self/status", O_RDONLY)
+        guard descriptor >= 0 else { return 0 }
+        defer { close(descriptor) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4_096)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count <= 0 { break }
+            bytes += buffer.prefix(count)
+        }
+        for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") where line.hasPrefix(field + ":") {
+            let digits = line.dropFirst(field.count + 1).filter(\.isNumber)
+            return (Int(String(digits)) ?? 0) * 1_024
+        }
+        return 0
+    }
+
+    /// Asks the allocator to give freed memory back, so RSS reflects what is still in use.
+    static func trimHeap() {
+        _ = glibcMallocTrim(0)
+    }
+
+    /// Writes `text` to standard error in one call.
+    static func printError(_ text: String) {
+        var text = text
+        text.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
+    }
+}
+
+/// glibc's `malloc_trim`, which the Glibc module does not export (it is declared in `malloc.h`).
+@_silgen_name("malloc_trim")
+private func glibcMallocTrim(_ pad: Int) -> Int32
+
+/// A plain operating-system thread.
+final class BenchThread: Sendable {
+    private final class Box: Sendable {
+        let body: @Sendable () -> Void
+        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+    }
+
+    private let thread: pthread_t?
+
+    init(_ body: @escaping @Sendable () -> Void) {
+        var thread = pthread_t()
+        let box = Unmanaged.passRetained(Box(body)).toOpaque()
+        let created = pthread_create(
+            &thread,
+            nil,
+            { raw in
+                guard let raw else { return nil }
+                Unmanaged<Box>.fromOpaque(raw).takeRetainedValue().body()
+                return nil
+            },
+            box
+        )
+        if created == 0 {
+            self.thread = thread
+        } else {
+            Unmanaged<Box>.fromOpaque(box).release()
+            self.thread = nil
+            body()
+        }
+    }
+
+    func join() {
+        if let thread { pthread_join(thread, nil) }
+    }
+}

@@ -1,0 +1,398 @@
+import EffectHandlers
+import LoopCore
+import LoopRuntime
+
+/// What one workload measured: EffectLoop's rate, the raw baseline's rate, and its own figures.
+struct Outcome {
+    var workload: String
+    var title: String
+    var perSecond: Double
+    var rawPerSecond: Double
+    var runs: Int
+    var ok: Bool
+    var extra: [(key: String, value: Double)] = []
+}
+
+/// Sizes of the workloads: full, or small for a smoke test.
+struct Sizes {
+    var runs: Int
+    var w1Events: Int
+    var w2RoundTrips: Int
+    var w3Loops: Int
+    var w4Events: Int
+    var w4Small: Int
+    var w4Large: Int
+    var w5Events: Int
+    var w6Loops: Int
+
+    static let full = Sizes(
+        runs: 5,
+        w1Events: 1_000_000,
+        w2RoundTrips: 100_000,
+        w3Loops: 10_000,
+        w4Events: 100_000,
+        w4Small: 10_000,
+        w4Large: 100_000,
+        w5Events: 1_000_000,
+        w6Loops: 100_000
+    )
+    static let quick = Sizes(
+        runs: 3,
+        w1Events: 100_000,
+        w2RoundTrips: 10_000,
+        w3Loops: 1_000,
+        w4Events: 10_000,
+        w4Small: 1_000,
+        w4Large: 10_000,
+        w5Events: 100_000,
+        w6Loops: 10_000
+    )
+}
+
+// MARK: Programs
+
+enum Count: Sendable {
+    case increment
+    case add(Int)
+}
+
+let counting = Update<Int, Count, Never> { total, event in
+    switch event {
+    case .increment: total += 1
+    case .add(let amount): total += amount
+    }
+    return []
+}
+
+func countingEvents(_ count: Int) -> (events: [Count], total: Int) {
+    let events = (0..<count).map { $0.isMultiple(of: 2) ? Count.increment : .add(2) }
+    return (events, count / 2 + (count - count / 2) * 2)
+}
+
+enum PingEvent: Sendable {
+    case ping(Int)
+    case ack(Int)
+}
+
+enum PingEffect: Sendable {
+    case pong(Int)
+    case done
+}
+
+struct PingState: Sendable {
+    var acks = 0
+    var target: Int
+}
+
+let pinging = Update<PingState, PingEvent, PingEffect> { state, event in
+    switch event {
+    case .ping(let index):
+        return [.pong(index)]
+    case .ack:
+        state.acks += 1
+        return state.acks == state.target ? [.done] : []
+    }
+}
+
+/// Runs `loop` for the duration of `body`, then stops it.
+func whileRunning<State, Event, Effect, Result: Sendable>(
+    _ loop: Loop<State, Event, Effect>,
+    _ body: () async throws -> Result
+) async throws -> Result {
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await loop.run() }
+        while !loop.isRunning { await Task.yield() }
+        let result = try await body()
+        loop.stop()
+        try await group.waitForAll()
+        return result
+    }
+}
+
+// MARK: Workloads
+
+enum Workloads {
+    /// w1: one sender, trivial events, no effects.
+    static func w1(_ sizes: Sizes) async throws -> Outcome {
+        let (events, total) = countingEvents(sizes.w1Events)
+        var rates: [Double] = []
+        var raws: [Double] = []
+        var ok = true
+        for _ in 0..<sizes.runs {
+            let loop = Loop(program: Program(first: First(state: 0), update: counting), effects: EffectRouter())
+            let seconds = try await whileRunning(loop) {
+                await Measure.seconds { for event in events { loop.send(event) } }
+            }
+            ok = ok && loop.state == total
+            rates.append(Double(events.count) / seconds)
+            var raw = 0
+            let rawSeconds = await Measure.seconds { for event in events { _ = counting(&raw, event) } }
+            ok = ok && raw == total
+            raws.append(Double(events.count) / rawSeconds)
+        }
+        return Outcome(
+            workload: "w1",
+            title: "one sender, \(events.count) trivial events",
+            perSecond: Measure.median(rates),
+            rawPerSecond: Measure.median(raws),
+            runs: sizes.runs,
+            ok: ok
+        )
+    }
+
+    /// w2 / w2s: event -> effect -> handler -> event round trips.
+    static func w2(_ sizes: Sizes, synchronous: Bool) async throws -> Outcome {
+        let count = sizes.w2RoundTrips
+        var rates: [Double] = []
+        var raws: [Double] = []
+        var ok = true
+        for _ in 0..<sizes.runs {
+            let (done, finished) = AsyncStream<Void>.makeStream()
+            let pong: @Sendable (PingEffect) -> Int? = { if case .pong(let index) = $0 { index } else { nil } }
+            let doneRoute: @Sendable (PingEffect) -> Void? = { if case .done = $0 { () } else { nil } }
+            var router = EffectRouter<PingEffect, PingEvent>()
+                .route(doneRoute, to: ClosureSyncEffectHandler { _, _ in finished.finish() })
+            router =
+                synchronous
+                ? router.route(pong, to: ClosureSyncEffectHandler { index, send in send(.ack(index)) })
+                : router.route(pong, to: ClosureEffectHandler { index, send in send(.ack(index)) })
+            let loop = Loop(
+                program: Program(first: First(state: PingState(target: count)), update: pinging),
+                effects: router
+            )
+            let seconds = try await whileRunning(loop) {
+                await Measure.seconds {
+                    for index in 0..<count { loop.send(.ping(index)) }
+                    for await _ in done {}
+                }
+            }
+            ok = ok && loop.state.acks == count
+            rates.append(Double(count) / seconds)
+            raws.append(await rawRoundTrips(count, synchronous: synchronous))
+        }
+        return Outcome(
+            workload: synchronous ? "w2s" : "w2",
+            title: "\(count) round trips, \(synchronous ? "synchronous" : "async") handler",
+            perSecond: Measure.median(rates),
+            rawPerSecond: Measure.median(raws),
+            runs: sizes.runs,
+            ok: ok
+        )
+    }
+
+    /// The same round trips with the update and the handler called directly.
+    private static func rawRoundTrips(_ count: Int, synchronous: Bool) async -> Double {
+        let inbox = Locked([PingEvent]())
+        let send = Send<PingEvent> { event in
+            inbox.withLock { $0.append(event) }
+            return .accepted
+        }
+        let asyncHandler = ClosureEffectHandler<Int, PingEvent> { index, send in send(.ack(index)) }
+        let syncHandler = ClosureSyncEffectHandler<Int, PingEvent> { index, send in send(.ack(index)) }
+        var state = PingState(target: count)
+        return Double(count)
+            / (await Measure.seconds {
+                for index in 0..<count {
+                    for effect in pinging(&state, .ping(index)) {
+                        guard case .pong(let value) = effect else { continue }
+                        if synchronous {
+                            try? syncHandler.handle(value, send: send)
+                        } else {
+                            try? await asyncHandler.handle(value, send: send)
+                        }
+                    }
+                    for event in inbox.withLock({ events in
+                        defer { events = [] }
+                        return events
+                    }) {
+                        _ = pinging(&state, event)
+                    }
+                }
+            })
+    }
+
+    /// w3: many idle loops hosted in a LoopGroup, ten events each.
+    static func w3(_ sizes: Sizes) async throws -> Outcome {
+        let loops = sizes.w3Loops
+        var rates: [Double] = []
+        var raws: [Double] = []
+        var bytes: [Double] = []
+        var ok = true
+        for _ in 0..<sizes.runs {
+            let group = LoopGroup<Int, Int, Count, Never>(
+                program: { _ in Program(first: First(state: 0), update: counting) },
+                effects: EffectRouter()
+            )
+            Measure.trimHeap()
+            let before = Measure.status("VmRSS")
+            let seconds = try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask { try await group.run() }
+                while !group.isRunning { await Task.yield() }
+                let seconds = await Measure.seconds {
+                    for round in 0..<10 {
+                        for id in 0..<loops { group.send(round.isMultiple(of: 2) ? .increment : .add(2), to: id) }
+                    }
+                }
+                let after = Measure.status("VmRSS")
+                bytes.append(Double(after - before) / Double(loops))
+                ok = ok && group.count == loops && (0..<loops).allSatisfy { group.state(of: $0) == 15 }
+                group.stop()
+                try await tasks.waitForAll()
+                return seconds
+            }
+            rates.append(Double(loops * 10) / seconds)
+            var totals = [Int](repeating: 0, count: loops)
+            let rawSeconds = await Measure.seconds {
+                for round in 0..<10 {
+                    for id in 0..<loops { _ = counting(&totals[id], round.isMultiple(of: 2) ? .increment : .add(2)) }
+                }
+            }
+            ok = ok && totals.allSatisfy { $0 == 15 }
+            raws.append(Double(loops * 10) / rawSeconds)
+        }
+        return Outcome(
+            workload: "w3",
+            title: "\(loops) loops in a LoopGroup x 10 events",
+            perSecond: Measure.median(rates),
+            rawPerSecond: Measure.median(raws),
+            runs: sizes.runs,
+            ok: ok,
+            extra: [("bytes_per_loop", Measure.median(bytes)), ("vm_hwm_bytes", Double(Measure.status("VmHWM")))]
+        )
+    }
+
+    /// w4: per-event cost with a large state, at two sizes.
+    static func w4(_ sizes: Sizes) async throws -> Outcome {
+        let appending = Update<[Int], Int, Never> { items, value in
+            items.append(value)
+            return []
+        }
+        func perEvent(prefilled: Int) async throws -> (loop: Double, raw: Double, ok: Bool) {
+            var items = [Int](0..<prefilled)
+            items.reserveCapacity(prefilled + sizes.w4Events)
+            let loop = Loop(
+                program: Program(first: First(state: consume items), update: appending),
+                effects: EffectRouter()
+            )
+            let seconds = try await whileRunning(loop) {
+                await Measure.seconds { for value in 0..<sizes.w4Events { loop.send(value) } }
+            }
+            let ok = loop.state.count == prefilled + sizes.w4Events
+            var raw = [Int](0..<prefilled)
+            raw.reserveCapacity(prefilled + sizes.w4Events)
+            let rawSeconds = await Measure.seconds { for value in 0..<sizes.w4Events { _ = appending(&raw, value) } }
+            return (
+                seconds / Double(sizes.w4Events), rawSeconds / Double(sizes.w4Events),
+                ok && raw.count == loop.state.count
+            )
+        }
+        var small: [Double] = []
+        var large: [Double] = []
+        var rawSmall: [Double] = []
+        var ok = true
+        for _ in 0..<sizes.runs {
+            let first = try await perEvent(prefilled: sizes.w4Small)
+            let second = try await perEvent(prefilled: sizes.w4Large)
+            small.append(first.loop)
+            large.append(second.loop)
+            rawSmall.append(first.raw)
+            ok = ok && first.ok && second.ok
+        }
+        let smallCost = Measure.median(small)
+        let largeCost = Measure.median(large)
+        return Outcome(
+            workload: "w4",
+            title: "state array at \(sizes.w4Small) vs \(sizes.w4Large) elements",
+            perSecond: 1 / largeCost,
+            rawPerSecond: 1 / Measure.median(rawSmall),
+            runs: sizes.runs,
+            ok: ok,
+            extra: [
+                ("ns_per_event_small", smallCost * 1e9), ("ns_per_event_large", largeCost * 1e9),
+                ("cost_ratio", largeCost / smallCost),
+            ]
+        )
+    }
+
+    /// w5: two senders on two threads.
+    static func w5(_ sizes: Sizes) async throws -> Outcome {
+        let half = sizes.w5Events / 2
+        let (events, total) = countingEvents(half)
+        var rates: [Double] = []
+        var raws: [Double] = []
+        var lost = 0
+        for _ in 0..<sizes.runs {
+            let loop = Loop(program: Program(first: First(state: 0), update: counting), effects: EffectRouter())
+            let seconds = try await whileRunning(loop) {
+                await Measure.seconds {
+                    let senders = (0..<2).map { _ in BenchThread { for event in events { loop.send(event) } } }
+                    for sender in senders { sender.join() }
+                }
+            }
+            lost += (2 * total - loop.state) == 0 ? 0 : max(1, 2 * events.count - loop.report.eventsProcessed)
+            rates.append(Double(2 * events.count) / seconds)
+            var raw = 0
+            let rawSeconds = await Measure.seconds { for event in events + events { _ = counting(&raw, event) } }
+            raws.append(Double(2 * events.count) / rawSeconds)
+        }
+        return Outcome(
+            workload: "w5",
+            title: "two senders on two threads, \(2 * half) events",
+            perSecond: Measure.median(rates),
+            rawPerSecond: Measure.median(raws),
+            runs: sizes.runs,
+            ok: lost == 0,
+            extra: [("lost", Double(lost))]
+        )
+    }
+
+    /// w6: loops created, run, stopped and released; memory retained afterwards.
+    static func w6(_ sizes: Sizes) async throws -> Outcome {
+        let total = sizes.w6Loops
+        let batch = 1_000
+        func cycle(_ count: Int) async throws -> Bool {
+            var ok = true
+            for start in stride(from: 0, to: count, by: batch) {
+                ok =
+                    try await withThrowingTaskGroup(of: Bool.self) { tasks in
+                        for _ in start..<min(start + batch, count) {
+                            tasks.addTask {
+                                let loop = Loop(
+                                    program: Program(first: First(state: 0), update: counting),
+                                    effects: EffectRouter()
+                                )
+                                return try await whileRunning(loop) {
+                                    loop.send(.increment)
+                                    return loop.state == 1
+                                }
+                            }
+                        }
+                        return try await tasks.reduce(true) { $0 && $1 }
+                    } && ok
+            }
+            return ok
+        }
+        // Warm up the allocator and the runtime's caches, then measure a full cycle.
+        _ = try await cycle(batch)
+        Measure.trimHeap()
+        let before = Measure.status("VmRSS")
+        let start = ContinuousClock.now
+        let ok = try await cycle(total)
+        let elapsed = ContinuousClock.now - start
+        Measure.trimHeap()
+        let after = Measure.status("VmRSS")
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return Outcome(
+            workload: "w6",
+            title: "\(total) loops created, run, stopped, released",
+            perSecond: Double(total) / seconds,
+            rawPerSecond: 0,
+            runs: 1,
+            ok: ok,
+            extra: [
+                ("bytes_retained", Double(max(0, after - before))),
+                ("bytes_retained_per_loop", Double(max(0, after - before)) / Double(total)),
+            ]
+        )
+    }
+}

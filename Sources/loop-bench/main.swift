@@ -1,0 +1,97 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// loop-bench: EffectLoop's throughput and memory, each workload beside a raw baseline measured in
+// the same run. `--json` prints one JSON object per workload per line; `--quick` runs small sizes.
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+let json = arguments.contains("--json")
+let sizes = arguments.contains("--quick") ? Sizes.quick : Sizes.full
+let only = arguments.firstIndex(of: "--only").flatMap { arguments.indices.contains($0 + 1) ? arguments[$0 + 1] : nil }
+let known: Set<String> = ["--json", "--quick", "--help", "--only", "w1", "w2", "w2s", "w3", "w4", "w5", "w6"]
+if arguments.contains("--help") || !arguments.allSatisfy(known.contains) {
+    let usage = "usage: loop-bench [--json] [--quick] [--only w1|w2|w2s|w3|w4|w5|w6]\n"
+    if arguments.contains("--help") { print(usage, terminator: "") } else { Measure.printError(usage) }
+    exit(arguments.contains("--help") ? 0 : 64)
+}
+
+func format(_ rate: Double) -> String {
+    switch rate {
+    case 1e6...: String(Int((rate / 1e5).rounded())).inserting(".", fromEnd: 1) + "M/s"
+    case 1e3...: String(Int((rate / 1e2).rounded())).inserting(".", fromEnd: 1) + "k/s"
+    default: String(Int(rate.rounded())) + "/s"
+    }
+}
+
+extension String {
+    func inserting(_ separator: Character, fromEnd offset: Int) -> String {
+        var copy = self
+        copy.insert(separator, at: copy.index(copy.endIndex, offsetBy: -offset))
+        return copy
+    }
+}
+
+func jsonNumber(_ value: Double) -> String {
+    value.isFinite ? (value == value.rounded() && abs(value) < 1e15 ? String(Int(value)) : String(value)) : "null"
+}
+
+func emit(_ outcome: Outcome) {
+    let ratio = outcome.rawPerSecond > 0 ? outcome.perSecond / outcome.rawPerSecond : 0
+    if json {
+        var fields = [
+            #""workload":"\#(outcome.workload)""#,
+            #""per_sec":\#(jsonNumber(outcome.perSecond.rounded()))"#,
+            #""raw_per_sec":\#(jsonNumber(outcome.rawPerSecond.rounded()))"#,
+            #""x_raw":\#(jsonNumber((ratio * 10_000).rounded() / 10_000))"#,
+            #""runs":\#(outcome.runs)"#,
+            #""ok":\#(outcome.ok)"#,
+        ]
+        for (key, value) in outcome.extra {
+            fields.append(#""\#(key)":\#(jsonNumber((value * 1_000).rounded() / 1_000))"#)
+        }
+        print("{" + fields.joined(separator: ",") + "}")
+    } else {
+        let extras = outcome.extra.map { "\($0.key)=\(String(format: $0.value))" }.joined(separator: " ")
+        let name = outcome.workload.padding(4)
+        let rate = format(outcome.perSecond).padding(10)
+        let raw = (outcome.rawPerSecond > 0 ? format(outcome.rawPerSecond) : "-").padding(10)
+        let x = (outcome.rawPerSecond > 0 ? String(format: ratio) : "-").padding(8)
+        print("\(name) \(rate) \(raw) \(x) \(outcome.ok ? "ok  " : "FAIL") \(outcome.title)  \(extras)")
+    }
+}
+
+extension String {
+    init(format value: Double) {
+        let scaled = (value * 1_000).rounded() / 1_000
+        self = scaled == scaled.rounded() && abs(scaled) < 1e15 ? String(Int(scaled)) : String(scaled)
+    }
+
+    func padding(_ width: Int) -> String {
+        count >= width ? self : self + String(repeating: " ", count: width - count)
+    }
+}
+
+if !json {
+    print(
+        "loop-bench: medians of \(sizes.runs) runs; raw = the same update in a plain loop (w2: handler called directly)"
+    )
+    print("name per_sec    raw        x_raw    check workload")
+}
+var failed = false
+let workloads: [(name: String, run: (Sizes) async throws -> Outcome)] = [
+    ("w1", Workloads.w1), ("w2", { try await Workloads.w2($0, synchronous: false) }),
+    ("w2s", { try await Workloads.w2($0, synchronous: true) }), ("w3", Workloads.w3), ("w4", Workloads.w4),
+    ("w5", Workloads.w5), ("w6", Workloads.w6),
+]
+for (name, workload) in workloads where only == nil || only == name {
+    do {
+        let outcome = try await workload(sizes)
+        emit(outcome)
+        failed = failed || !outcome.ok
+    } catch {
+        Measure.printError("loop-bench: a workload failed: \(error)\n")
+        failed = true
+    }
+}
+exit(failed ? 1 : 0)
