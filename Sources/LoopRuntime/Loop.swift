@@ -141,7 +141,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     @inlinable
     func conclude(_ reception: LoopEngine<State, Event, Effect>.Reception, _ event: Event) -> Delivery {
         switch reception {
-        case .queued:
+        case .queued, .processed:
             return .accepted
         case .process(let step):
             drain(from: step)
@@ -250,7 +250,9 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     @inlinable
     func conclude(_ step: Step<State, Event, Effect>) {
-        context.observe(.eventProcessed(step.event, duration: step.duration, inboxDepth: step.inboxDepth))
+        if let duration = step.duration {
+            context.observe(.eventProcessed(step.event, duration: duration, inboxDepth: step.inboxDepth))
+        }
         step.wakeups?.resume()
     }
 

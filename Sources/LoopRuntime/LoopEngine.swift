@@ -34,14 +34,14 @@ struct Step<State: Sendable, Event, Effect> {
     @usableFromInline
     var effects: [Effect]
     @usableFromInline
-    var duration: Duration
+    var duration: Duration?
     @usableFromInline
     var inboxDepth: Int
     @usableFromInline
     var wakeups: Wakeups<State>?
 
     @inlinable
-    init(event: Event, effects: [Effect], duration: Duration, inboxDepth: Int) {
+    init(event: Event, effects: [Effect], duration: Duration?, inboxDepth: Int) {
         self.event = event
         self.effects = effects
         self.duration = duration
@@ -211,6 +211,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         case queued
         case droppedOldest(Event)
         case process(Step<State, Event, Effect>)
+        /// Processed completely inside the lock: no effects, no observer, nobody to wake.
+        case processed
     }
 
     /// Takes `event` into the inbox, or, when nothing else is being processed, processes it at once.
@@ -238,7 +240,13 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         }
         if !draining && inbox.isEmpty && (phase == .running || phase == .stopping) {
             draining = true
-            return .process(process(event))
+            let step = process(event)
+            if step.effects.isEmpty && step.duration == nil && step.wakeups == nil && phase == .running {
+                // Nothing to do outside the lock, and the inbox is still empty: the drain ends here.
+                draining = false
+                return .processed
+            }
+            return .process(step)
         }
         inbox.append(event)
         return .queued
@@ -302,7 +310,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     mutating func process(_ event: Event) -> Step<State, Event, Effect> {
         let effects: [Effect]
-        var duration = Duration.zero
+        var duration: Duration?
         if timed {
             let start = ContinuousClock.now
             effects = machine.process(event)
