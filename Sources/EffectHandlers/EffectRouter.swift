@@ -13,55 +13,91 @@ public import LoopCore
 /// the effect. An effect no route accepts is not lost: it is reported as ``EffectError/unrouted``. When
 /// `Effect` conforms to ``ManagedEffect``, the router schedules each effect by its lifecycle.
 public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
-    /// How one effect is performed, as chosen by its route.
+    /// How one effect is performed, as chosen by its route. The closures are stored in the route, so
+    /// choosing one allocates nothing; call them with the effect.
     public enum Performer: Sendable {
         /// Performed inline right after the update, without a task.
-        case sync(@Sendable (Send<Event>) throws -> Void)
+        case sync(@Sendable (Effect, Send<Event>) throws -> Void)
         /// Performed in a task of its own.
-        case async(@Sendable (Send<Event>) async throws -> Void)
+        case async(@Sendable (Effect, Send<Event>) async throws -> Void)
     }
 
-    private var routes: [@Sendable (Effect) -> Performer?] = []
-    private var errorMapping: (@Sendable (Effect, any Error) -> Event?)?
-    private let lifecycleOf: @Sendable (Effect) -> EffectLifecycle
+    /// One row of the table: which effects it takes, and how it performs them.
+    @usableFromInline
+    struct Route: Sendable {
+        @usableFromInline
+        let accepts: @Sendable (Effect) -> Bool
+        @usableFromInline
+        let performer: Performer
+
+        @inlinable
+        init(accepts: @escaping @Sendable (Effect) -> Bool, performer: Performer) {
+            self.accepts = accepts
+            self.performer = performer
+        }
+    }
+
+    @usableFromInline
+    var routes: [Route] = []
+    @usableFromInline
+    var errorMapping: (@Sendable (Effect, any Error) -> Event?)?
+    @usableFromInline
+    let lifecycleOf: @Sendable (Effect) -> EffectLifecycle
 
     /// Creates an empty router; every effect it routes runs ``EffectLifecycle/immediate``.
+    @inlinable
     public init() {
         lifecycleOf = { _ in .immediate }
     }
 
     /// Creates an empty router that schedules each effect by its ``ManagedEffect/lifecycle``.
+    @inlinable
     public init() where Effect: ManagedEffect {
         lifecycleOf = { $0.lifecycle }
     }
 
     /// Adds a route: effects for which `extract` returns a payload are performed by `handler`, in a task.
+    @inlinable
     public func route<Payload>(
         _ extract: @escaping @Sendable (Effect) -> Payload?,
         to handler: some EffectHandler<Payload, Event>
     ) -> EffectRouter {
         var copy = self
-        copy.routes.append { effect in
-            extract(effect).map { payload in .async { send in try await handler.handle(payload, send: send) } }
-        }
+        copy.routes.append(
+            Route(
+                accepts: { extract($0) != nil },
+                performer: .async { effect, send in
+                    guard let payload = extract(effect) else { return }
+                    try await handler.handle(payload, send: send)
+                }
+            )
+        )
         return copy
     }
 
     /// Adds a route: effects for which `extract` returns a payload are performed by `handler`, inline.
+    @inlinable
     public func route<Payload>(
         _ extract: @escaping @Sendable (Effect) -> Payload?,
         to handler: some SyncEffectHandler<Payload, Event>
     ) -> EffectRouter {
         var copy = self
-        copy.routes.append { effect in
-            extract(effect).map { payload in .sync { send in try handler.handle(payload, send: send) } }
-        }
+        copy.routes.append(
+            Route(
+                accepts: { extract($0) != nil },
+                performer: .sync { effect, send in
+                    guard let payload = extract(effect) else { return }
+                    try handler.handle(payload, send: send)
+                }
+            )
+        )
         return copy
     }
 
     /// Turns errors of effects (thrown by a handler, a timeout, or no route) into events for the update.
     ///
     /// Return `nil` for an error the program does not handle; it then goes to the loop's observer.
+    @inlinable
     public func mapErrors(_ transform: @escaping @Sendable (Effect, any Error) -> Event?) -> EffectRouter {
         var copy = self
         copy.errorMapping = transform
@@ -69,19 +105,22 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     }
 
     /// The performer the first matching route chooses for `effect`, or `nil` when no route accepts it.
+    @inlinable
     public func performer(for effect: Effect) -> Performer? {
-        for route in routes {
-            if let performer = route(effect) { return performer }
+        for route in routes where route.accepts(effect) {
+            return route.performer
         }
         return nil
     }
 
     /// How `effect` is scheduled.
+    @inlinable
     public func lifecycle(of effect: Effect) -> EffectLifecycle {
         lifecycleOf(effect)
     }
 
     /// The event the program maps `error` of `effect` to, if it maps it.
+    @inlinable
     public func event(for error: any Error, of effect: Effect) -> Event? {
         errorMapping?(effect, error)
     }

@@ -1,7 +1,7 @@
 /// A first-in first-out queue with O(1) amortised append and removal at the front.
 ///
-/// Two stacks: new elements go on `incoming`; the front is the end of `outgoing`, refilled by reversing
-/// `incoming` when it runs out.
+/// Two stacks: new elements go on `incoming`; the front is the end of `outgoing`, refilled by swapping in
+/// `incoming` and reversing it in place when it runs out, so both buffers are reused.
 @usableFromInline
 struct Inbox<Element> {
     @usableFromInline
@@ -26,8 +26,8 @@ struct Inbox<Element> {
     mutating func popFirst() -> Element? {
         if outgoing.isEmpty {
             guard !incoming.isEmpty else { return nil }
-            outgoing = incoming.reversed()
-            incoming.removeAll(keepingCapacity: true)
+            swap(&incoming, &outgoing)
+            outgoing.reverse()
         }
         return outgoing.popLast()
     }

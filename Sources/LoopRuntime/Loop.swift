@@ -156,16 +156,17 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     }
 
     /// What handlers send through: accepted while the loop is stopping, so effects still in flight can
-    /// report their results.
+    /// report their results. It holds the loop strongly: the loop never stores it (no cycle), and the
+    /// effect tasks holding it end before the loop stops.
     @inlinable
     var insideSend: Send<Event> {
-        Send { [weak self] event in self?.receive(event, from: .inside) ?? .rejected(.stopped) }
+        Send { event in self.receive(event, from: .inside) }
     }
 
     /// What sources send through: like ``send(_:)``.
     @inlinable
     var outsideSend: Send<Event> {
-        Send { [weak self] event in self?.receive(event, from: .outside) ?? .rejected(.stopped) }
+        Send { event in self.receive(event, from: .outside) }
     }
 
     // MARK: Observing
@@ -283,12 +284,12 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     func performSync(
         _ effect: Effect,
         _ lifecycle: EffectLifecycle,
-        _ perform: @Sendable (Send<Event>) throws -> Void,
+        _ perform: @Sendable (Effect, Send<Event>) throws -> Void,
         send: Send<Event>
     ) {
         context.observe(.effectStarted(effect, lifecycle: lifecycle))
         do {
-            try perform(send)
+            try perform(effect, send)
             countSync(completed: true)
             context.observe(.effectCompleted(effect))
         } catch {
@@ -309,7 +310,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     func start(
         _ effect: Effect,
         _ lifecycle: EffectLifecycle,
-        _ perform: @escaping @Sendable (Send<Event>) async throws -> Void
+        _ perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void
     ) {
         let (admission, host) = storage.withLock { ($0.admit(effect, lifecycle, perform), $0.host) }
         switch admission {
@@ -344,7 +345,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         let send = insideSend
         let result =
             if effect.lifecycle.key == nil && effect.lifecycle.timeout == nil {
-                await Self.outcome { try await effect.perform(send) }
+                await Self.outcome { try await effect.perform(effect.effect, send) }
             } else {
                 await performControlled(effect, send: send)
             }
@@ -357,7 +358,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     func performControlled(_ effect: QueuedEffect<Effect, Event>, send: Send<Event>) async -> EffectOutcome {
         let id = effect.id
         guard !storage.withLock({ $0.isCancelled(id) }) else { return .cancelled }
-        let work = Task { await Self.outcome { try await effect.perform(send) } }
+        let work = Task { await Self.outcome { try await effect.perform(effect.effect, send) } }
         if !storage.withLock({ $0.attach(id, cancel: { work.cancel() }) }) { work.cancel() }
         var timer: Task<Void, Never>?
         if let timeout = effect.lifecycle.timeout {

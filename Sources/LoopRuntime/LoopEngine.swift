@@ -83,14 +83,14 @@ struct QueuedEffect<Effect: Sendable, Event: Sendable>: Sendable {
     @usableFromInline
     var lifecycle: EffectLifecycle
     @usableFromInline
-    var perform: @Sendable (Send<Event>) async throws -> Void
+    var perform: @Sendable (Effect, Send<Event>) async throws -> Void
 
     @inlinable
     init(
         id: UInt64,
         effect: Effect,
         lifecycle: EffectLifecycle,
-        perform: @escaping @Sendable (Send<Event>) async throws -> Void
+        perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void
     ) {
         self.id = id
         self.effect = effect
@@ -378,7 +378,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     mutating func admit(
         _ effect: Effect,
         _ lifecycle: EffectLifecycle,
-        _ perform: @escaping @Sendable (Send<Event>) async throws -> Void
+        _ perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void
     ) -> Admission<Effect, Event> {
         guard phase == .running || phase == .stopping else {
             report.effectsCancelled += 1
