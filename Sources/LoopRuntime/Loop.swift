@@ -219,34 +219,44 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     /// Processes events, starting with `first`, until the inbox is empty.
     @inlinable
-    func drain(from first: Step<State, Event, Effect>) {
+    func drain(from first: Step<State, Event, Effect>?) {
         var send: Send<Event>?
-        var next: Step<State, Event, Effect>? = first
-        while let step = next {
-            conclude(step)
-            if !step.effects.isEmpty {
-                let sender = send ?? insideSend
-                send = sender
-                dispatch(step.effects, send: sender)
+        var step = first
+        while true {
+            if let current = step {
+                conclude(current)
+                if !current.effects.isEmpty {
+                    let sender = send ?? insideSend
+                    send = sender
+                    dispatch(current.effects, send: sender)
+                }
             }
-            let (following, leaving) = storage.withLock { engine -> (Step<State, Event, Effect>?, Host?) in
-                if let step = engine.nextStep() { return (step, nil) }
-                return (nil, engine.hostToLeave())
+            let (next, leaving) = storage.withLock { engine -> (LoopEngine<State, Event, Effect>.Next, Host?) in
+                let next = engine.nextStep()
+                if case .idle = next { return (next, engine.hostToLeave()) }
+                return (next, nil)
             }
-            next = following
-            if let leaving { quiesced(leaving) }
+            switch next {
+            case .step(let following):
+                step = following
+            case .again:
+                step = nil
+            case .idle:
+                if let leaving { quiesced(leaving) }
+                return
+            }
         }
     }
 
     /// Starts draining events queued while nobody was processing (before `run()`).
     @inlinable
     func drainQueued() {
-        let first = storage.withLock { engine -> Step<State, Event, Effect>? in
-            guard !engine.draining else { return nil }
+        let claimed = storage.withLock { engine in
+            guard !engine.draining else { return false }
             engine.draining = true
-            return engine.nextStep()
+            return true
         }
-        if let first { drain(from: first) }
+        if claimed { drain(from: nil) }
     }
 
     @inlinable

@@ -288,23 +288,44 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         return waitingSenders.remove(at: index).continuation
     }
 
-    /// The next queued event, processed; or `nil`, ending this drain, when the inbox is empty.
+    /// How many events that leave nothing to do outside the lock are processed in one hold of it, so a
+    /// concurrent sender never waits behind a long batch.
+    @usableFromInline
+    static var batchLimit: Int { 64 }
+
+    /// What the drainer does next.
+    @usableFromInline
+    enum Next {
+        /// Report this step and start its effects, then ask again.
+        case step(Step<State, Event, Effect>)
+        /// Events were processed completely; release the lock and ask again.
+        case again
+        /// The inbox is empty: the drain has ended.
+        case idle
+    }
+
+    /// Processes queued events: those that leave nothing to do outside the lock in a batch, stopping at
+    /// the first that does (returned as a step), at the batch limit, or when the inbox is empty, which
+    /// ends the drain.
     @inlinable
-    mutating func nextStep() -> Step<State, Event, Effect>? {
-        guard phase == .running || phase == .stopping, let event = inbox.popFirst() else {
-            draining = false
-            return nil
+    mutating func nextStep() -> Next {
+        var processed = 0
+        while phase == .running || phase == .stopping, let event = inbox.popFirst() {
+            var step = process(event)
+            if !waitingSenders.isEmpty, rejection(from: .outside) == nil {
+                let waiting = waitingSenders.removeFirst()
+                report.eventsSent += 1
+                inbox.append(waiting.event)
+                let wakeups = step.wakeups ?? Wakeups()
+                wakeups.admittedSender = waiting.continuation
+                step.wakeups = wakeups
+            }
+            if !step.effects.isEmpty || step.duration != nil || step.wakeups != nil { return .step(step) }
+            processed += 1
+            if processed == Self.batchLimit { return .again }
         }
-        var step = process(event)
-        if !waitingSenders.isEmpty, rejection(from: .outside) == nil {
-            let waiting = waitingSenders.removeFirst()
-            report.eventsSent += 1
-            inbox.append(waiting.event)
-            let wakeups = step.wakeups ?? Wakeups()
-            wakeups.admittedSender = waiting.continuation
-            step.wakeups = wakeups
-        }
-        return step
+        draining = false
+        return .idle
     }
 
     @inlinable
