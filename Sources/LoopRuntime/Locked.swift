@@ -25,6 +25,7 @@ package struct Locked<Value>: @unchecked Sendable {
     let buffer: LockedBuffer<Value>
 
     /// Creates a lock guarding `value`.
+    @inlinable
     package init(_ value: Value) {
         let created = LockedBuffer<Value>.create(minimumCapacity: LockedBuffer<Value>.mutexWords) { _ in value }
         buffer = unsafeDowncast(created, to: LockedBuffer<Value>.self)
@@ -47,6 +48,7 @@ package struct Locked<Value>: @unchecked Sendable {
 @usableFromInline
 package final class LockedBuffer<Value>: ManagedBuffer<Value, UInt64> {
     /// How many words the mutex takes.
+    @usableFromInline
     static var mutexWords: Int {
         (MemoryLayout<pthread_mutex_t>.size + MemoryLayout<UInt64>.size - 1) / MemoryLayout<UInt64>.size
     }
@@ -57,6 +59,7 @@ package final class LockedBuffer<Value>: ManagedBuffer<Value, UInt64> {
         }
     }
 
+    @usableFromInline
     static func initializeMutex(at words: UnsafeMutablePointer<UInt64>) {
         let mutex = UnsafeMutableRawPointer(words).bindMemory(to: pthread_mutex_t.self, capacity: 1)
         mutex.initialize(to: pthread_mutex_t())

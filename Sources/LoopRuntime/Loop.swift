@@ -76,6 +76,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         )
     }
 
+    @inlinable
     init(
         program: Program<State, Event, Effect>,
         context: LoopContext<State, Event, Effect>,
@@ -460,6 +461,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     }
 
     /// Claims the loop for running on `host`, in one step; why it cannot run, if it cannot.
+    @inlinable
     func claim(_ host: Host) -> LoopError? {
         storage.withLock { engine in
             switch engine.phase {
@@ -475,6 +477,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     /// Runs on `host` from now on: the start-up effects, then the events queued so far. The loop must
     /// have been claimed for `host`.
+    @inlinable
     func start(on host: Host) {
         host.join()
         dispatch(firstEffects, send: insideSend)
@@ -482,6 +485,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     }
 
     /// Claims and starts the loop on `host` if it is idle (how a group starts its loops).
+    @inlinable
     func attach(to host: Host) {
         if claim(host) == nil { start(on: host) }
     }

@@ -19,18 +19,30 @@ public import LoopCore
 /// try await sessions.run()              // until stop(gracePeriod:) or task cancellation
 /// ```
 public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
-    private struct Members {
+    @usableFromInline
+    struct Members {
+        @usableFromInline
         var loops: [ID: Loop<State, Event, Effect>] = [:]
+        @usableFromInline
         var host: Host?
+        @usableFromInline
         var stopping = false
+        @usableFromInline
         var stopped = false
         /// What loops that have been removed did.
+        @usableFromInline
         var finished = LoopReport()
+
+        @usableFromInline
+        init() {}
     }
 
-    private let program: @Sendable (ID) -> Program<State, Event, Effect>
-    private let context: LoopContext<State, Event, Effect>
-    private let members = Locked(Members())
+    @usableFromInline
+    let program: @Sendable (ID) -> Program<State, Event, Effect>
+    @usableFromInline
+    let context: LoopContext<State, Event, Effect>
+    @usableFromInline
+    let members = Locked(Members())
 
     /// Creates an empty group.
     ///
@@ -55,6 +67,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     ///
     /// Thread-safe and never waits, like ``Loop/send(_:)``. Rejected with ``LoopCore/Rejection/stopping``
     /// or ``LoopCore/Rejection/stopped`` once the group is shutting down, for new and existing ids alike.
+    @inlinable
     @discardableResult
     public func send(_ event: Event, to id: ID) -> Delivery {
         switch loop(for: id) {
@@ -63,7 +76,8 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         }
     }
 
-    private func loop(for id: ID) -> Result<Loop<State, Event, Effect>, Rejection> {
+    @inlinable
+    func loop(for id: ID) -> Result<Loop<State, Event, Effect>, Rejection> {
         typealias Found = (Result<Loop<State, Event, Effect>, Rejection>, Host?, Bool)
         let (result, host, created) = members.withLock { members -> Found in
             if let loop = members.loops[id] { return (.success(loop), nil, false) }
@@ -108,7 +122,8 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
 
     /// A loop has stopped: one that was removed is released; one stopped with the whole group stays
     /// readable through ``state(of:)``.
-    private func release(_ id: ID, _ loop: Loop<State, Event, Effect>) {
+    @usableFromInline
+    func release(_ id: ID, _ loop: Loop<State, Event, Effect>) {
         let report = loop.report
         members.withLock { members in
             guard !members.stopping, members.loops[id] === loop else { return }
