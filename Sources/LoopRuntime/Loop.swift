@@ -37,14 +37,13 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     @usableFromInline
     let onQuiesced: (@Sendable (Loop) -> Void)?
     private let identifiers = Atomic<UInt64>(0)
-    private let syncStarted = Atomic<Int>(0)
     private let syncCompleted = Atomic<Int>(0)
     private let syncFailed = Atomic<Int>(0)
 
-    /// Counts a synchronous effect (or an unrouted one) as started, and how it ended.
+    /// Counts how a synchronous effect (or an unrouted one) ended; such an effect counts as started once it
+    /// has ended, so one atomic operation records both.
     @usableFromInline
     func countSync(completed: Bool) {
-        syncStarted.add(1, ordering: .relaxed)
         if completed {
             syncCompleted.add(1, ordering: .relaxed)
         } else {
@@ -200,9 +199,10 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
             report.sendersWaiting = engine.waitingSenders.count
             return report
         }
-        report.effectsStarted += syncStarted.load(ordering: .relaxed)
-        report.effectsCompleted += syncCompleted.load(ordering: .relaxed)
-        report.effectsFailed += syncFailed.load(ordering: .relaxed)
+        let (completed, failed) = (syncCompleted.load(ordering: .relaxed), syncFailed.load(ordering: .relaxed))
+        report.effectsStarted += completed + failed
+        report.effectsCompleted += completed
+        report.effectsFailed += failed
         return report
     }
 
