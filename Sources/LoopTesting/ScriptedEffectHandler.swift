@@ -12,7 +12,10 @@ public import LoopCore
 ///     }
 /// }
 /// ```
-public struct ScriptedEffectHandler<Effect: Sendable, Event: Sendable>: EffectHandler, SyncEffectHandler {
+///
+/// It is an asynchronous handler, so effects it answers go through their lifecycles (keys, policies,
+/// timeouts) as in production; ``inline`` answers the same script synchronously.
+public struct ScriptedEffectHandler<Effect: Sendable, Event: Sendable>: EffectHandler {
     private let script: @Sendable (Effect) throws -> [Event]
 
     /// Creates a handler that sends the events `script` returns for each effect, or throws its error.
@@ -20,9 +23,11 @@ public struct ScriptedEffectHandler<Effect: Sendable, Event: Sendable>: EffectHa
         self.script = script
     }
 
-    /// Sends the scripted events for `effect`, in order.
-    public func handle(_ effect: Effect, send: Send<Event>) throws {
-        for event in try script(effect) { send(event) }
+    /// The same script as a synchronous handler, run inline right after the update.
+    public var inline: ClosureSyncEffectHandler<Effect, Event> {
+        ClosureSyncEffectHandler { [script] effect, send in
+            for event in try script(effect) { send(event) }
+        }
     }
 
     /// Sends the scripted events for `effect`, in order.

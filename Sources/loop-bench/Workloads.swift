@@ -237,9 +237,10 @@ enum Workloads {
                 }
                 let after = Measure.status("VmRSS")
                 bytes.append(Double(after - before) / Double(loops))
-                ok = ok && group.count == loops && (0..<loops).allSatisfy { group.state(of: $0) == 15 }
                 group.stop()
                 try await tasks.waitForAll()
+                // Checked once stopped: `send` never waits, so an event may still be queued before.
+                ok = ok && group.count == loops && (0..<loops).allSatisfy { group.state(of: $0) == 15 }
                 return seconds
             }
             rates.append(Double(loops * 10) / seconds)
@@ -365,10 +366,10 @@ enum Workloads {
                                     program: Program(first: First(state: 0), update: counting),
                                     effects: EffectRouter()
                                 )
-                                return try await whileRunning(loop) {
-                                    loop.send(.increment)
-                                    return loop.state == 1
-                                }
+                                // `send` never waits, so the event may still be queued when it returns;
+                                // once the loop has stopped, it must have been processed.
+                                let accepted = try await whileRunning(loop) { loop.send(.increment).isAccepted }
+                                return accepted && loop.state == 1 && loop.report.eventsProcessed == 1
                             }
                         }
                         return try await tasks.reduce(true) { $0 && $1 }
