@@ -20,7 +20,7 @@ let package = Package(
         .target(name: "LoopTesting", dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"]),
         .executableTarget(
             name: "loop-bench",
-            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime"]
+            dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"]
         ),
         .testTarget(name: "LoopCoreTests", dependencies: ["LoopCore"]),
         .testTarget(

@@ -85,26 +85,10 @@ final class ChunkReader: Sendable {
         stopped.store(true, ordering: .releasing)
     }
 
-    /// Starts the reading thread; `false` if none could be started.
+    /// Starts the reading thread; `false` if none could be started. The thread is not joined: it ends
+    /// on its own within one poll interval of ``stop()`` or the end of input.
     func start() -> Bool {
-        var thread = pthread_t()
-        let context = Unmanaged.passRetained(self).toOpaque()
-        let created = pthread_create(
-            &thread,
-            nil,
-            { context in
-                guard let context else { return nil }
-                Unmanaged<ChunkReader>.fromOpaque(context).takeRetainedValue().readUntilDone()
-                return nil
-            },
-            context
-        )
-        guard created == 0 else {
-            Unmanaged<ChunkReader>.fromOpaque(context).release()
-            return false
-        }
-        pthread_detach(thread)
-        return true
+        OSThread({ self.readUntilDone() }, runHereIfUnavailable: false).started
     }
 
     private func readUntilDone() {

@@ -33,6 +33,11 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
         var assertedReceived = 0
         var started: [Effect] = []
         var assertedEffects = 0
+
+        /// The events that came from effects, not from the test, in the order they were processed.
+        var received: [Event] {
+            zip(processed, fromTest).filter { !$0.1 }.map(\.0)
+        }
     }
 
     /// The loop under test.
@@ -139,10 +144,11 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
         line: UInt = #line,
         column: UInt = #column
     ) -> SpecResult {
-        let actual = loop.state
-        let differences = actual == expected ? [] : Then<State, Effect>.differences(expected, actual, at: "state")
-        return report(
-            SpecResult(subject: "harness state", differences: differences),
+        compare(
+            loop.state,
+            expected,
+            at: "state",
+            subject: "harness state",
             SourceSite(fileID: fileID, filePath: filePath, line: line, column: column)
         )
     }
@@ -161,9 +167,11 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
             defer { ledger.assertedEffects = ledger.started.count }
             return Array(ledger.started[ledger.assertedEffects...])
         }
-        let differences = actual == expected ? [] : Then<State, Effect>.differences(expected, actual, at: "effects")
-        return report(
-            SpecResult(subject: "harness effects started", differences: differences),
+        return compare(
+            actual,
+            expected,
+            at: "effects",
+            subject: "harness effects started",
             SourceSite(fileID: fileID, filePath: filePath, line: line, column: column)
         )
     }
@@ -179,13 +187,15 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
         column: UInt = #column
     ) -> SpecResult {
         let actual = ledger.withLock { ledger in
-            let received = zip(ledger.processed, ledger.fromTest).filter { !$0.1 }.map(\.0)
+            let received = ledger.received
             defer { ledger.assertedReceived = received.count }
             return Array(received[ledger.assertedReceived...])
         }
-        let differences = actual == expected ? [] : Then<State, Effect>.differences(expected, actual, at: "received")
-        return report(
-            SpecResult(subject: "harness events received", differences: differences),
+        return compare(
+            actual,
+            expected,
+            at: "received",
+            subject: "harness events received",
             SourceSite(fileID: fileID, filePath: filePath, line: line, column: column)
         )
     }
@@ -201,7 +211,7 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
     ) async -> SpecResult {
         await settle()
         let (unassertedEffects, unassertedEvents) = ledger.withLock { ledger in
-            let received = zip(ledger.processed, ledger.fromTest).filter { !$0.1 }.map(\.0)
+            let received = ledger.received
             return (
                 Array(ledger.started.dropFirst(ledger.assertedEffects)),
                 Array(received.dropFirst(ledger.assertedReceived))
@@ -234,6 +244,18 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
             SpecResult(subject: "harness finish", differences: differences),
             SourceSite(fileID: fileID, filePath: filePath, line: line, column: column)
         )
+    }
+
+    /// Compares `actual` with `expected`, reporting the differences at `path` to the running test.
+    private func compare<Value: Equatable>(
+        _ actual: Value,
+        _ expected: Value,
+        at path: String,
+        subject: String,
+        _ site: SourceSite
+    ) -> SpecResult {
+        let differences = actual == expected ? [] : Then<State, Effect>.differences(expected, actual, at: path)
+        return report(SpecResult(subject: subject, differences: differences), site)
     }
 
     private func report(_ result: SpecResult, _ site: SourceSite) -> SpecResult {

@@ -53,39 +53,3 @@ enum Measure {
 /// glibc's `malloc_trim`, which the Glibc module does not export (it is declared in `malloc.h`).
 @_silgen_name("malloc_trim")
 private func glibcMallocTrim(_ pad: Int) -> Int32
-
-/// A plain operating-system thread.
-final class BenchThread: Sendable {
-    private final class Box: Sendable {
-        let body: @Sendable () -> Void
-        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
-    }
-
-    private let thread: pthread_t?
-
-    init(_ body: @escaping @Sendable () -> Void) {
-        var thread = pthread_t()
-        let box = Unmanaged.passRetained(Box(body)).toOpaque()
-        let created = pthread_create(
-            &thread,
-            nil,
-            { raw in
-                guard let raw else { return nil }
-                Unmanaged<Box>.fromOpaque(raw).takeRetainedValue().body()
-                return nil
-            },
-            box
-        )
-        if created == 0 {
-            self.thread = thread
-        } else {
-            Unmanaged<Box>.fromOpaque(box).release()
-            self.thread = nil
-            body()
-        }
-    }
-
-    func join() {
-        if let thread { pthread_join(thread, nil) }
-    }
-}

@@ -1,4 +1,5 @@
 import EffectHandlers
+import EventSources
 import LoopCore
 import LoopRuntime
 
@@ -163,7 +164,7 @@ enum Workloads {
             let seconds = try await whileRunning(loop) {
                 await Measure.seconds {
                     // Sent from a thread of its own, as a service's network threads would.
-                    let sender = BenchThread { for index in 0..<count { loop.send(.ping(index)) } }
+                    let sender = OSThread { for index in 0..<count { loop.send(.ping(index)) } }
                     for await _ in done {}
                     sender.join()
                 }
@@ -329,7 +330,7 @@ enum Workloads {
             let loop = Loop(program: Program(first: First(state: 0), update: counting), effects: EffectRouter())
             let seconds = try await whileRunning(loop) {
                 await Measure.seconds {
-                    let senders = (0..<2).map { _ in BenchThread { for event in events { loop.send(event) } } }
+                    let senders = (0..<2).map { _ in OSThread { for event in events { loop.send(event) } } }
                     for sender in senders { sender.join() }
                 }
             }

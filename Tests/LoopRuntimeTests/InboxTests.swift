@@ -1,4 +1,5 @@
 import EffectHandlers
+import EventSources
 import LoopCore
 import LoopRuntime
 import Synchronization
@@ -12,27 +13,14 @@ import Testing
         _ policy: InboxPolicy,
         sending count: Int
     ) async throws -> (deliveries: [Delivery], report: LoopReport, state: Jobs.State, recorder: Recorded) {
-        let recorder = Recorded()
-        let entered = Atomic<Bool>(false)
-        let release = Atomic<Bool>(false)
-        let router = EffectRouter<Jobs.Effect, Jobs.Event>()
-            .route(
-                { if case .echo(let name) = $0 { name } else { nil } },
-                to: ClosureSyncEffectHandler { _, _ in
-                    entered.store(true, ordering: .sequentiallyConsistent)
-                    while !release.load(ordering: .sequentiallyConsistent) {}
-                }
-            )
-        let loop = Loop(program: Jobs.program, effects: router, inbox: policy, observer: recorder)
+        let busy = BusyLoop(policy)
         var deliveries: [Delivery] = []
-        let report = try await running(loop) {
-            let busy = OSThread { loop.send(.run([.echo("hold")])) }
-            await waitUntil { entered.load(ordering: .sequentiallyConsistent) }
-            for index in 0..<count { deliveries.append(loop.send(.append(index))) }
-            release.store(true, ordering: .sequentiallyConsistent)
-            busy.join()
+        let report = try await running(busy.loop) {
+            await busy.hold()
+            for index in 0..<count { deliveries.append(busy.loop.send(.append(index))) }
+            busy.release()
         }
-        return (deliveries, report, loop.state, recorder)
+        return (deliveries, report, busy.loop.state, busy.recorder)
     }
 
     @Test func rejectNewestTurnsAwayWhatDoesNotFit() async throws {
@@ -73,33 +61,16 @@ import Testing
     }
 
     @Test func aWaitingSenderIsAdmittedWhenRoomFrees() async throws {
-        let recorder = Recorded()
-        let entered = Atomic<Bool>(false)
-        let release = Atomic<Bool>(false)
-        let router = EffectRouter<Jobs.Effect, Jobs.Event>()
-            .route(
-                { if case .echo(let name) = $0 { name } else { nil } },
-                to: ClosureSyncEffectHandler { _, _ in
-                    entered.store(true, ordering: .sequentiallyConsistent)
-                    while !release.load(ordering: .sequentiallyConsistent) {}
-                }
-            )
-        let loop = Loop(
-            program: Jobs.program,
-            effects: router,
-            inbox: .bounded(1, whenFull: .suspendSender),
-            observer: recorder
-        )
+        let busy = BusyLoop(.bounded(1, whenFull: .suspendSender))
+        let loop = busy.loop
         let report = try await running(loop) {
-            let busy = OSThread { loop.send(.run([.echo("hold")])) }
-            await waitUntil { entered.load(ordering: .sequentiallyConsistent) }
+            await busy.hold()
             #expect(loop.send(.append(1)) == .accepted)
             let waiting = Task { await loop.sendWaitingForRoom(.append(2)) }
             await waitUntil { loop.report.sendersWaiting == 1 }
-            release.store(true, ordering: .sequentiallyConsistent)
-            busy.join()
+            busy.release()
             #expect(await waiting.value == .accepted)
-            await recorder.wait(for: .processed(.append(2)))
+            await busy.recorder.wait(for: .processed(.append(2)))
         }
         #expect(loop.state.items == [1, 2])
         #expect(report.eventsSent == 3)
@@ -107,33 +78,16 @@ import Testing
     }
 
     @Test func aWaitingSenderThatIsCancelledIsRejected() async throws {
-        let recorder = Recorded()
-        let entered = Atomic<Bool>(false)
-        let release = Atomic<Bool>(false)
-        let router = EffectRouter<Jobs.Effect, Jobs.Event>()
-            .route(
-                { if case .echo(let name) = $0 { name } else { nil } },
-                to: ClosureSyncEffectHandler { _, _ in
-                    entered.store(true, ordering: .sequentiallyConsistent)
-                    while !release.load(ordering: .sequentiallyConsistent) {}
-                }
-            )
-        let loop = Loop(
-            program: Jobs.program,
-            effects: router,
-            inbox: .bounded(1, whenFull: .suspendSender),
-            observer: recorder
-        )
+        let busy = BusyLoop(.bounded(1, whenFull: .suspendSender))
+        let loop = busy.loop
         let report = try await running(loop) {
-            let busy = OSThread { loop.send(.run([.echo("hold")])) }
-            await waitUntil { entered.load(ordering: .sequentiallyConsistent) }
+            await busy.hold()
             loop.send(.append(1))
             let waiting = Task { await loop.sendWaitingForRoom(.append(2)) }
             await waitUntil { loop.report.sendersWaiting == 1 }
             waiting.cancel()
             #expect(await waiting.value == .rejected(.inboxFull))
-            release.store(true, ordering: .sequentiallyConsistent)
-            busy.join()
+            busy.release()
         }
         #expect(loop.state.items == [1])
         #expect(report.eventsProcessed + report.eventsRejected + report.eventsDropped == report.eventsSent)

@@ -1,4 +1,5 @@
 import EffectHandlers
+import EventSources
 import LoopCore
 import LoopRuntime
 import Synchronization
