@@ -85,10 +85,12 @@ final class ChunkReader: Sendable {
         stopped.store(true, ordering: .releasing)
     }
 
-    /// Starts the reading thread; `false` if none could be started. The thread is not joined: it ends
-    /// on its own within one poll interval of ``stop()`` or the end of input.
+    /// Starts the reading thread, detached; `false` if none could be started. It ends on its own within
+    /// one poll interval of ``stop()`` or at the end of input.
     func start() -> Bool {
-        OSThread({ self.readUntilDone() }, runHereIfUnavailable: false).started
+        let thread = OSThread({ self.readUntilDone() }, runHereIfUnavailable: false)
+        thread.detach()
+        return thread.started
     }
 
     private func readUntilDone() {

@@ -53,4 +53,9 @@ package final class OSThread: Sendable {
     package func join() {
         if let thread { pthread_join(thread, nil) }
     }
+
+    /// Lets the thread end on its own, releasing its resources then; it can no longer be joined.
+    package func detach() {
+        if let thread { pthread_detach(thread) }
+    }
 }
