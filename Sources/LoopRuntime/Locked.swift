@@ -28,6 +28,8 @@ package struct Locked<Value>: @unchecked Sendable {
     @inlinable
     package init(_ value: Value) {
         let created = LockedBuffer<Value>.create(minimumCapacity: LockedBuffer<Value>.mutexWords) { _ in value }
+        // `create` called on `LockedBuffer` always returns a `LockedBuffer`; it is only typed as its
+        // superclass.
         buffer = unsafeDowncast(created, to: LockedBuffer<Value>.self)
         buffer.withUnsafeMutablePointerToElements { LockedBuffer<Value>.initializeMutex(at: $0) }
     }
