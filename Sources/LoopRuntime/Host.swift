@@ -69,8 +69,6 @@ final class Host: Sendable {
     /// has closed.
     @usableFromInline
     func spawn(_ job: Job) {
-        let closed = mailbox.withLock { $0.closed }
-        guard !closed else { return job.abandon() }
         var abandoned = false
         post { mailbox in
             if mailbox.closed { abandoned = true } else { mailbox.jobs.append(job) }

@@ -405,7 +405,9 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// counts as in flight, so shutdown waits for that event), and starts the next one queued behind it.
     @inlinable
     func finish(_ effect: QueuedEffect<Effect, Event>, _ result: EffectOutcome, on host: Host?) {
-        let outcome = storage.withLock { $0.resolve(effect.id, result) }
+        // Only a keyed or timed effect can have been cancelled or timed out by the loop itself.
+        let controlled = effect.lifecycle.key != nil || effect.lifecycle.timeout != nil
+        let outcome = controlled ? storage.withLock { $0.resolve(effect.id, result) } : result
         let send = insideSend
         switch outcome {
         case .completed:
