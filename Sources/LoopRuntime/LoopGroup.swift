@@ -47,7 +47,8 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     /// Creates an empty group.
     ///
     /// - Parameters:
-    ///   - program: the program of the loop for an id, called when the id first receives an event.
+    ///   - program: the program of the loop for an id, called when the id first receives an event. It is
+    ///     called while the group's lock is held, so it must be quick and must not call the group.
     ///   - router: how the effects of every loop are performed.
     ///   - inbox: each loop's inbox policy.
     ///   - observer: receives what every loop does.
