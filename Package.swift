@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "EventSources", targets: ["EventSources"]),
         .library(name: "LoopRuntime", targets: ["LoopRuntime"]),
         .library(name: "LoopTesting", targets: ["LoopTesting"]),
+        .library(name: "LoopJournal", targets: ["LoopJournal"]),
         .executable(name: "loop-bench", targets: ["loop-bench"]),
     ],
     targets: [
@@ -17,6 +18,7 @@ let package = Package(
         .target(name: "EffectHandlers", dependencies: ["LoopCore"]),
         .target(name: "EventSources", dependencies: ["LoopCore"]),
         .target(name: "LoopRuntime", dependencies: ["LoopCore", "EffectHandlers", "EventSources"]),
+        .target(name: "LoopJournal", dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime"]),
         .target(name: "LoopTesting", dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"]),
         .executableTarget(
             name: "loop-bench",
@@ -26,6 +28,10 @@ let package = Package(
         .testTarget(
             name: "LoopTestingTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopTesting"]
+        ),
+        .testTarget(
+            name: "LoopJournalTests",
+            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopJournal"]
         ),
         .testTarget(
             name: "LoopRuntimeTests",
