@@ -20,6 +20,10 @@ let package = Package(
         .target(name: "LoopRuntime", dependencies: ["LoopCore", "EffectHandlers", "EventSources"]),
         .target(name: "LoopJournal", dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime"]),
         .target(name: "LoopTesting", dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"]),
+        .target(
+            name: "LoopDemo",
+            dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopJournal"]
+        ),
         .executableTarget(
             name: "loop-bench",
             dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"]
@@ -29,6 +33,7 @@ let package = Package(
             name: "LoopTestingTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopTesting"]
         ),
+        .testTarget(name: "LoopDemoTests", dependencies: ["LoopCore", "EffectHandlers", "LoopDemo"]),
         .testTarget(
             name: "LoopJournalTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopJournal"]
