@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "LoopTesting", targets: ["LoopTesting"]),
         .library(name: "LoopJournal", targets: ["LoopJournal"]),
         .executable(name: "loop-bench", targets: ["loop-bench"]),
+        .executable(name: "loop-demo", targets: ["loop-demo"]),
     ],
     targets: [
         .target(name: "LoopCore"),
@@ -23,6 +24,10 @@ let package = Package(
         .target(
             name: "LoopDemo",
             dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopJournal"]
+        ),
+        .executableTarget(
+            name: "loop-demo",
+            dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopJournal", "LoopDemo"]
         ),
         .executableTarget(
             name: "loop-bench",

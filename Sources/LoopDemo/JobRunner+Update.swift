@@ -38,6 +38,8 @@ extension JobRunner {
             effects.append(.report("error: \(message)"))
         case .inputEnded:
             state.inputEnded = true
+        case .ignored:
+            break
         case .shutdown:
             guard !state.shuttingDown else { break }
             state.shuttingDown = true

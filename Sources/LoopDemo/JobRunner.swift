@@ -142,6 +142,8 @@ public enum JobRunner {
         case invalidInput(String)
         /// No more jobs will be submitted; stop once all are done.
         case inputEnded
+        /// A blank line or a comment: nothing to do.
+        case ignored
         /// Shut down now: cancel what has not started, give the running jobs the grace period.
         case shutdown
     }

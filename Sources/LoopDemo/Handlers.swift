@@ -1,0 +1,98 @@
+public import EffectHandlers
+public import LoopCore
+
+extension JobRunner {
+    /// Runs a job's attempt through the injected shell and reports how it exited.
+    public struct RunHandler: EffectHandler {
+        let shell: any Shell
+
+        /// Creates the handler with `shell`.
+        public init(shell: any Shell) {
+            self.shell = shell
+        }
+
+        /// Runs the attempt; a cancelled or timed-out attempt is killed and sends nothing.
+        public func handle(_ attempt: Attempt, send: Send<Event>) async throws {
+            let (status, output) = try await shell.run(attempt.command)
+            send(.exited(name: attempt.name, attempt: attempt.number, status: status, output: output))
+        }
+    }
+
+    /// One attempt of a job, as the run handler gets it.
+    public struct Attempt: Sendable, Equatable {
+        /// The job's name.
+        public var name: String
+        /// The attempt's number, from 1.
+        public var number: Int
+        /// The shell command.
+        public var command: String
+    }
+
+    /// Waits for a retry's backoff on the injected clock, then reports that it is due.
+    public struct RetryTimer<C: Clock>: EffectHandler where C.Duration == Duration {
+        let clock: C
+
+        /// Creates the timer on `clock`.
+        public init(clock: C) {
+            self.clock = clock
+        }
+
+        /// Sleeps `delay`, then sends `.retryDue`.
+        public func handle(_ retry: (name: String, attempt: Int, delay: Duration), send: Send<Event>) async throws {
+            try await clock.sleep(for: retry.delay)
+            send(.retryDue(name: retry.name, attempt: retry.attempt))
+        }
+    }
+
+    /// How the demo's effects are performed: processes through `shell`, backoffs on `clock`, output to
+    /// `console`, and `stop` to shut the service down.
+    public static func router(
+        shell: any Shell,
+        clock: some Clock<Duration>,
+        console: Console,
+        stop: @escaping @Sendable (Duration) -> Void
+    ) -> EffectRouter<Effect, Event> {
+        EffectRouter<Effect, Event>()
+            .route(
+                {
+                    if case .run(let name, let number, let command, _) = $0 {
+                        Attempt(name: name, number: number, command: command)
+                    } else {
+                        nil
+                    }
+                },
+                to: RunHandler(shell: shell)
+            )
+            .route(
+                { if case .retryAfter(let name, let attempt, let delay) = $0 { (name, attempt, delay) } else { nil } },
+                to: RetryTimer(clock: clock)
+            )
+            .route(
+                { if case .report(let line) = $0 { line } else { nil } },
+                to: ClosureSyncEffectHandler { line, _ in console.line(line) }
+            )
+            .route(
+                {
+                    if case .progress(let running, let queued, let done, let total) = $0 {
+                        (running, queued, done, total)
+                    } else {
+                        nil
+                    }
+                },
+                to: ClosureSyncEffectHandler { progress, _ in
+                    console.progress(running: progress.0, queued: progress.1, done: progress.2, total: progress.3)
+                }
+            )
+            .route(
+                { if case .stop(let gracePeriod) = $0 { gracePeriod } else { nil } },
+                to: ClosureSyncEffectHandler { gracePeriod, _ in stop(gracePeriod) }
+            )
+            .mapErrors { effect, error in
+                guard case .run(let name, let attempt, _, _) = effect else { return nil }
+                if let effectError = error as? EffectError, effectError.isTimeout {
+                    return .timedOut(name: name, attempt: attempt)
+                }
+                return .runFailed(name: name, attempt: attempt, reason: "\(error)")
+            }
+    }
+}

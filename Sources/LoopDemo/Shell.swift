@@ -1,0 +1,130 @@
+internal import EventSources
+
+#if canImport(Glibc)
+internal import Glibc
+#elseif canImport(Musl)
+internal import Musl
+#elseif canImport(Darwin)
+internal import Darwin
+#endif
+
+/// Runs shell commands: the service the demo's process handler is given.
+public protocol Shell: Sendable {
+    /// Runs `command` with `/bin/sh -c`, returning its exit status (128 + N if killed by signal N) and
+    /// its combined output. Cancelling the task kills the command.
+    func run(_ command: String) async throws -> (status: Int32, output: String)
+}
+
+/// Why a command could not be run.
+public struct ShellError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// `errno` from the failed call.
+    public let code: Int32
+    /// What was being done.
+    public let action: String
+
+    /// `cannot <action> (errno N)`.
+    public var description: String { "cannot \(action) (errno \(code))" }
+}
+
+/// Real child processes via `posix_spawn`: output is read, and the exit waited for, on a thread of
+/// their own, so the concurrency pool never blocks. A cancelled command is killed with `SIGKILL`,
+/// together with any process it started (it runs in its own process group).
+public struct SystemShell: Shell {
+    /// The most output kept per command; the rest is read and dropped.
+    public static var maximumOutput: Int { 64 * 1_024 }
+
+    /// Creates the shell.
+    public init() {}
+
+    /// Runs `command`; see ``Shell/run(_:)``.
+    public func run(_ command: String) async throws -> (status: Int32, output: String) {
+        let child = try Child(command)
+        return try await withTaskCancellationHandler {
+            let result = await child.result()
+            try Task.checkCancellation()
+            return result
+        } onCancel: {
+            child.kill()
+        }
+    }
+}
+
+/// One spawned command.
+private final class Child: Sendable {
+    let pid: pid_t
+    let output: Int32
+
+    init(_ command: String) throws {
+        var pipeEnds: [Int32] = [0, 0]
+        guard pipe(&pipeEnds) == 0 else { throw ShellError(code: errno, action: "create a pipe") }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addclose(&actions, pipeEnds[0])
+        posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 1)
+        posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 2)
+        posix_spawn_file_actions_addclose(&actions, pipeEnds[1])
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP))
+        posix_spawnattr_setpgroup(&attributes, 0)
+        let words: [String] = ["/bin/sh", "-c", command]
+        var arguments: [UnsafeMutablePointer<CChar>?] = words.map { word in word.withCString { strdup($0) } }
+        arguments.append(nil)
+        defer { for argument in arguments { free(argument) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, "/bin/sh", &actions, &attributes, arguments, environ)
+        close(pipeEnds[1])
+        guard spawned == 0 else {
+            close(pipeEnds[0])
+            throw ShellError(code: spawned, action: "start /bin/sh")
+        }
+        self.pid = pid
+        self.output = pipeEnds[0]
+    }
+
+    /// Reads the output to its end and waits for the exit, on a thread of its own.
+    func result() async -> (status: Int32, output: String) {
+        await withCheckedContinuation { continuation in
+            let thread = OSThread(
+                {
+                    var bytes: [UInt8] = []
+                    var buffer = [UInt8](repeating: 0, count: 4_096)
+                    while true {
+                        let count = buffer.withUnsafeMutableBytes { read(self.output, $0.baseAddress, $0.count) }
+                        if count > 0 {
+                            if bytes.count < SystemShell.maximumOutput { bytes += buffer.prefix(count) }
+                        } else if count == 0 || errno != EINTR {
+                            break
+                        }
+                    }
+                    close(self.output)
+                    var status: Int32 = 0
+                    while waitpid(self.pid, &status, 0) < 0 && errno == EINTR {}
+                    let exit = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+                    let text = String(decoding: bytes, as: UTF8.self)
+                    continuation.resume(returning: (exit, text.trimmingWhitespace()))
+                },
+                runHereIfUnavailable: true
+            )
+            thread.detach()
+        }
+    }
+
+    /// Kills the command and everything it started.
+    func kill() {
+        _ = Glibc.kill(-pid, SIGKILL)
+    }
+}
+
+extension String {
+    /// The string without leading and trailing spaces and newlines.
+    func trimmingWhitespace() -> String {
+        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\n" || $0 == "\t" || $0 == "\r" }
+        guard let first = firstIndex(where: { !isSpace($0) }), let last = lastIndex(where: { !isSpace($0) }) else {
+            return ""
+        }
+        return String(self[first...last])
+    }
+}

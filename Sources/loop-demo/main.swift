@@ -1,0 +1,141 @@
+import EffectHandlers
+import EventSources
+import LoopCore
+import LoopDemo
+import LoopJournal
+import LoopRuntime
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// loop-demo: a job runner built from EffectLoop's modules. Every decision is the pure update in
+// LoopDemo/JobRunner+Update.swift; this file only wires services, sources and the loop together.
+
+let usage = """
+    usage: loop-demo [--stdin] [--journal FILE]
+           loop-demo replay FILE
+           loop-demo --help
+
+    With no arguments, runs a built-in scenario of a dozen jobs and prints a summary.
+      --stdin          read commands from standard input instead, one per line:
+                         \(Command.usage.joined(separator: "\n                         "))
+      --journal FILE   record every event to FILE (JSON Lines, with a state digest every 10 events)
+      replay FILE      replay a journal through the pure logic, check its digests, print the final state
+    SIGINT or SIGTERM shuts down gracefully: running jobs get 2 seconds, then are cancelled.
+    Exit status: 0 done, 64 usage error, 65 a journal that does not replay, 70 an internal error.
+
+    """
+
+func printError(_ text: String) {
+    var text = text + "\n"
+    text.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
+}
+
+enum Mode {
+    case run(stdin: Bool, journal: String?)
+    case replay(String)
+    case help
+}
+
+func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
+    if arguments == ["--help"] || arguments == ["-h"] { return .success(.help) }
+    if arguments.first == "replay" {
+        guard arguments.count == 2 else { return .failure(CommandError(description: "replay takes one journal file")) }
+        return .success(.replay(arguments[1]))
+    }
+    var stdin = false
+    var journal: String?
+    var index = 0
+    while index < arguments.count {
+        switch arguments[index] {
+        case "--stdin":
+            stdin = true
+        case "--journal":
+            guard index + 1 < arguments.count else {
+                return .failure(CommandError(description: "--journal needs a file"))
+            }
+            journal = arguments[index + 1]
+            index += 1
+        default:
+            return .failure(CommandError(description: "unknown argument '\(arguments[index].prefix(40))'"))
+        }
+        index += 1
+    }
+    return .success(.run(stdin: stdin, journal: journal))
+}
+
+let program = JobRunner.program(limit: 3)
+
+func replay(_ path: String) -> Int32 {
+    do {
+        let contents = try JournalReader.read(path, as: JobRunner.Event.self)
+        for warning in contents.warnings { printError("warning: \(warning)") }
+        let next = try program.update.replay(from: program.first, journal: contents.records)
+        for line in JobRunner.summary(next.state) { print(line) }
+        let digests = contents.records.count { $0.digest != nil }
+        print("replayed \(contents.records.count) events; all \(digests) digests matched")
+        return 0
+    } catch {
+        printError("loop-demo: \(error)")
+        return 65
+    }
+}
+
+func run(stdin: Bool, journalPath: String?) async -> Int32 {
+    let console = Console.standardOutput()
+    let stopper = Locked<(@Sendable (Duration) -> Void)?>(nil)
+    let router = JobRunner.router(shell: SystemShell(), clock: ContinuousClock(), console: console) { gracePeriod in
+        stopper.withLock { $0 }?(gracePeriod)
+    }
+    let input: any EventSource<JobRunner.Event> =
+        stdin
+        ? LineSource(fileDescriptor: 0, end: .inputEnded) { Command.event(for: $0) }
+        : Scenario(marker: "/tmp/loop-demo-flaky-\(getpid())", clock: ContinuousClock())
+    let sources: [any EventSource<JobRunner.Event>] = [
+        input,
+        TimerSource(every: .seconds(1), clock: ContinuousClock(), event: .tick),
+        SignalSource([.interrupt, .terminate]) { _ in .shutdown },
+    ]
+    var recorder: JournalRecorder<JobRunner.State, JobRunner.Event, JobRunner.Effect>?
+    if let journalPath {
+        do {
+            let journal = try JSONLinesJournal<JobRunner.Event>(path: journalPath)
+            recorder = JournalRecorder(journal: journal, digestEvery: 10) { error in
+                printError("loop-demo: journal: \(error)")
+            }
+        } catch {
+            printError("loop-demo: \(error)")
+            return 73
+        }
+    }
+    let loop = Loop(program: program, effects: router, sources: sources, observer: recorder)
+    recorder?.attach(to: loop)
+    stopper.withLock { $0 = { gracePeriod in loop.stop(gracePeriod: gracePeriod) } }
+    do {
+        let report = try await loop.run()
+        console.clearProgress()
+        print("")
+        for line in JobRunner.summary(loop.state) { print(line) }
+        print("loop: \(report)")
+        if let recorder { print("journal: \(recorder.recorded) events recorded in \(journalPath ?? "")") }
+        return 0
+    } catch {
+        printError("loop-demo: \(error)")
+        return 70
+    }
+}
+
+switch parseArguments(Array(CommandLine.arguments.dropFirst())) {
+case .success(.help):
+    print(usage, terminator: "")
+    exit(0)
+case .success(.replay(let path)):
+    exit(replay(path))
+case .success(.run(let stdin, let journal)):
+    exit(await run(stdin: stdin, journalPath: journal))
+case .failure(let error):
+    printError("loop-demo: \(error)")
+    printError(usage)
+    exit(64)
+}
