@@ -38,7 +38,10 @@ let package = Package(
             name: "LoopTestingTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopTesting"]
         ),
-        .testTarget(name: "LoopDemoTests", dependencies: ["LoopCore", "EffectHandlers", "LoopDemo"]),
+        .testTarget(
+            name: "LoopDemoTests",
+            dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopDemo", "loop-demo"]
+        ),
         .testTarget(
             name: "LoopJournalTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopJournal"]

@@ -35,9 +35,11 @@ public final class JSONLinesJournal<Event: Codable & Sendable>: Sendable {
         close(descriptor)
     }
 
-    /// Appends `record` as one line; when this returns, the line is in the file.
+    /// Appends `record` as one line, keys sorted; when this returns, the line is in the file.
     public func append(_ record: JournalRecord<Event>) throws {
-        var line = try JSONEncoder().encode(record)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        var line = try encoder.encode(record)
         line.append(UInt8(ascii: "\n"))
         try writing.withLock { _ in
             try line.withUnsafeBytes { bytes in

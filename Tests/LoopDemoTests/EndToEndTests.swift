@@ -1,0 +1,153 @@
+import Foundation
+import Testing
+
+/// The built `loop-demo` binary, run as a user would.
+@Suite(.serialized) struct EndToEndTests {
+    @Test func theDefaultScenarioRunsEveryOutcomeAndEndsWithTheSummary() async throws {
+        let (status, output) = try await Demo.sh("\"$DEMO\"")
+        #expect(status == 0)
+        for line in [
+            "flaky    succeeded after 2 attempts",
+            "doomed   failed after 3 attempts: exit status 3",
+            "sleepy   failed after 1 attempt: timed out after 500ms",
+            "long     cancelled",
+            "9 succeeded, 2 failed, 1 cancelled",
+            "error: --retries takes a whole number from 0 to 100, not 'many'",
+        ] {
+            #expect(output.contains(line), "missing: \(line)")
+        }
+    }
+
+    @Test func helpDocumentsEverythingAndAnUnknownFlagIsAUsageError() async throws {
+        let help = try await Demo.sh("\"$DEMO\" --help")
+        #expect(help.status == 0)
+        #expect(
+            help.output.contains("--journal FILE") && help.output.contains("replay FILE")
+                && help.output.contains("--stdin")
+        )
+        let unknown = try await Demo.sh("\"$DEMO\" --frobnicate")
+        #expect(unknown.status == 64)
+        #expect(unknown.output.hasPrefix("loop-demo: unknown argument '--frobnicate'"))
+    }
+
+    @Test func malformedLinesOnStdinGetAnErrorAndNothingIsLost() async throws {
+        let input = [
+            "run a -- echo one", "fly to the moon", "run b --timeout nope -- true", "cancel",
+            "run c -- echo two", "\u{1}\u{2}garbage\u{FF}", "run", "status",
+        ].joined(separator: "\n")
+        let (status, output) = try await Demo.sh("printf '%s\\n' '\(input)' | \"$DEMO\" --stdin")
+        #expect(status == 0)
+        #expect(output.contains("error: unknown command 'fly'"))
+        #expect(output.contains("error: --timeout takes seconds between 0 and 86400, not 'nope'"))
+        #expect(output.contains("error: usage: cancel NAME"))
+        #expect(output.contains("2 succeeded, 0 failed, 0 cancelled"))
+    }
+
+    @Test func sigtermInTheMiddleShutsDownGracefullyWithASummary() async throws {
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let script = """
+            mkfifo '\(scratch)/in'
+            ("$DEMO" --stdin < '\(scratch)/in' > '\(scratch)/out' 2>&1; echo "exit=$?" >> '\(scratch)/out') &
+            exec 3> '\(scratch)/in'
+            echo 'run quick -- true' >&3
+            echo 'run slow -- sleep 30' >&3
+            echo 'run later -- true' >&3
+            echo 'run after -- true' >&3
+            until grep -q 'started slow' '\(scratch)/out'; do sleep 0.02; done
+            pkill -TERM -f "$DEMO --stdin" || kill -TERM $(pgrep -f "$DEMO --stdin")
+            until grep -q 'exit=' '\(scratch)/out'; do sleep 0.02; done
+            exec 3>&-
+            cat '\(scratch)/out'
+            """
+        let (_, output) = try await Demo.sh(script)
+        #expect(output.contains("shutting down: "))
+        #expect(output.contains("slow     cancelled at shutdown") || output.contains("slow   cancelled at shutdown"))
+        #expect(output.contains("exit=0"))
+        #expect(output.contains("(deadlineExceeded)"))
+    }
+
+    @Test func aJournaledRunReplaysWithEveryDigestMatching() async throws {
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let run = try await Demo.sh("\"$DEMO\" --journal '\(scratch)/j.jsonl'")
+        #expect(run.status == 0)
+        let replay = try await Demo.sh("\"$DEMO\" replay '\(scratch)/j.jsonl'")
+        #expect(replay.status == 0)
+        #expect(replay.output.contains("9 succeeded, 2 failed, 1 cancelled"))
+        #expect(
+            replay.output.range(of: #"replayed \d+ events; all [1-9]\d* digests matched"#, options: .regularExpression)
+                != nil
+        )
+    }
+
+    @Test func aCorruptedJournalGivesTheDocumentedErrorOrWarning() async throws {
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        _ = try await Demo.sh("\"$DEMO\" --journal '\(scratch)/j.jsonl'")
+        let lines = Demo.read("\(scratch)/j.jsonl").split(separator: "\n").map(String.init)
+        #expect(lines.count > 20)
+
+        // An edited event: replay names the first diverging event and exits 65.
+        var edited = lines
+        #expect(edited[2].contains("\"name\":\"count\""))
+        edited[2] = edited[2].replacingOccurrences(of: "\"name\":\"count\"", with: "\"name\":\"cOunt\"")
+        try (edited.joined(separator: "\n") + "\n").write(
+            toFile: "\(scratch)/edited.jsonl",
+            atomically: true,
+            encoding: .utf8
+        )
+        let diverged = try await Demo.sh("\"$DEMO\" replay '\(scratch)/edited.jsonl'")
+        #expect(diverged.status == 65)
+        #expect(diverged.output.contains("loop-demo: replay diverges at event 10: recorded digest"))
+
+        // A torn last line: a warning naming the line; the rest replays.
+        let torn = lines.joined(separator: "\n") + "\n" + String(lines[5].prefix(12))
+        try torn.write(toFile: "\(scratch)/torn.jsonl", atomically: true, encoding: .utf8)
+        let warned = try await Demo.sh("\"$DEMO\" replay '\(scratch)/torn.jsonl'")
+        #expect(warned.status == 0)
+        #expect(warned.output.contains("warning: line \(lines.count + 1) is incomplete (a torn write) and was ignored"))
+
+        // A malformed line in the middle: an error naming the line, exit 65.
+        var broken = lines
+        broken[3] = "{not json"
+        try (broken.joined(separator: "\n") + "\n").write(
+            toFile: "\(scratch)/broken.jsonl",
+            atomically: true,
+            encoding: .utf8
+        )
+        let malformed = try await Demo.sh("\"$DEMO\" replay '\(scratch)/broken.jsonl'")
+        #expect(malformed.status == 65)
+        #expect(malformed.output.hasPrefix("loop-demo: line 4 is not a journal record"))
+
+        let missing = try await Demo.sh("\"$DEMO\" replay '\(scratch)/nowhere.jsonl'")
+        #expect(missing.status == 65)
+    }
+
+    @Test func killMinus9InTheMiddleLeavesAJournalThatReplays() async throws {
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let script = """
+            mkfifo '\(scratch)/in'
+            "$DEMO" --stdin --journal '\(scratch)/j.jsonl' < '\(scratch)/in' > '\(scratch)/out' 2>&1 &
+            pid=$!
+            exec 3> '\(scratch)/in'
+            for n in 1 2 3 4 5 6 7 8; do echo "run job$n -- echo $n" >&3; done
+            echo 'run slow -- sleep 30' >&3
+            until grep -q 'started slow' '\(scratch)/out'; do sleep 0.02; done
+            kill -9 $pid
+            wait $pid
+            echo "killed=$?"
+            exec 3>&-
+            pkill -f 'sleep 30' || true
+            """
+        let killed = try await Demo.sh(script)
+        #expect(killed.output.contains("killed=137"))
+        let written = Demo.read("\(scratch)/j.jsonl").split(separator: "\n").count
+        let replay = try await Demo.sh("\"$DEMO\" replay '\(scratch)/j.jsonl'")
+        #expect(replay.status == 0)
+        #expect(written >= 10)
+        #expect(replay.output.contains("replayed \(written) events"))
+        #expect(replay.output.contains("slow  cancelled at shutdown"))
+    }
+}

@@ -1,0 +1,55 @@
+import Foundation
+import LoopDemo
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Waits until `condition` holds, yielding and pausing briefly between checks; fails the test rather
+/// than hang if it never does within a generous safety limit.
+func waitUntil(
+    _ description: String = "condition",
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () -> Bool
+) async {
+    let limit = ContinuousClock.now + .seconds(30)
+    while !condition() {
+        guard ContinuousClock.now < limit else {
+            Issue.record("timed out waiting for \(description)", sourceLocation: sourceLocation)
+            return
+        }
+        try? await Task.sleep(for: .milliseconds(5))
+    }
+}
+
+/// Whether process `pid` is gone (or a zombie nobody has reaped yet, which is just as dead).
+func isGone(_ pid: pid_t) -> Bool {
+    guard kill(pid, 0) == 0 else { return true }
+    let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+    return stat.split(separator: ")").last?.trimmingCharacters(in: .whitespaces).hasPrefix("Z") ?? true
+}
+
+/// The built `loop-demo`, next to the test bundle.
+enum Demo {
+    static var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("loop-demo")
+            .path
+    }
+
+    /// A fresh scratch directory for one test.
+    static func scratch(_ name: String = #function) -> String {
+        let path = NSTemporaryDirectory() + "effectloop-demo-\(name.filter(\.isLetter))-\(UUID().uuidString)"
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    /// Runs `script` with `/bin/sh`, `$DEMO` set to the binary; its exit status and output.
+    static func sh(_ script: String) async throws -> (status: Int32, output: String) {
+        try await SystemShell().run("DEMO='\(binary)'; \(script)")
+    }
+
+    static func read(_ path: String) -> String {
+        (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+    }
+}
