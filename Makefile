@@ -3,11 +3,12 @@ STRICT := -Xswiftc -warnings-as-errors -Xswiftc -require-explicit-sendable --exp
 FMT_OPTIONS := --configuration .swiftformat --recursive
 SOURCES := Package.swift Sources Tests
 
-.PHONY: build test test-tsan lint format bench bench-quick
+.PHONY: build test test-tsan lint format bench bench-quick demo
 
 build: ; swift build $(STRICT)
 test: ; swift test $(STRICT)
 test-tsan: ; TSAN_OPTIONS=halt_on_error=1 swift test $(STRICT) --sanitize=thread --scratch-path .build-tsan
+demo: ; swift run -c release loop-demo
 bench: ; swift run -c release loop-bench
 bench-quick: ; swift run -c release loop-bench --quick
 lint: ; swift format lint --strict $(FMT_OPTIONS) $(SOURCES)

@@ -13,6 +13,7 @@ import Testing
             "long     cancelled",
             "9 succeeded, 2 failed, 1 cancelled",
             "error: --retries takes a whole number from 0 to 100, not 'many'",
+            "progress: [",
         ] {
             #expect(output.contains(line), "missing: \(line)")
         }
