@@ -3,13 +3,20 @@ STRICT := -Xswiftc -warnings-as-errors -Xswiftc -require-explicit-sendable --exp
 FMT_OPTIONS := --configuration .swiftformat --recursive
 SOURCES := Package.swift Sources Tests
 
-.PHONY: build test test-tsan lint format bench bench-quick demo
+.PHONY: build test test-tsan test-asan lint format bench bench-quick demo
 
 build: ; swift build $(STRICT)
 test: ; swift test $(STRICT)
 test-tsan: ; TSAN_OPTIONS=halt_on_error=1 swift test $(STRICT) --sanitize=thread --scratch-path .build-tsan
 demo: ; swift run -c release loop-demo
+test-asan: ; LSAN_OPTIONS=suppressions=$(CURDIR)/.lsan-suppressions swift test $(STRICT) --sanitize=address --scratch-path .build-asan
 bench: ; swift run -c release loop-bench
 bench-quick: ; swift run -c release loop-bench --quick
 lint: ; swift format lint --strict $(FMT_OPTIONS) $(SOURCES)
 format: ; swift format format --in-place $(FMT_OPTIONS) $(SOURCES)
+
+# Fuzzing: each target runs FUZZ_SECONDS from the committed seeds in Fuzz/, under ASan.
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD := swift build --sanitize=fuzzer --sanitize=address -Xswiftc -DFUZZING --scratch-path .build-fuzz
+.PHONY: fuzz
+fuzz: ; for t in commands journal; do $(FUZZ_BUILD) --product fuzz-$$t && mkdir -p .build-fuzz/corpus-$$t && .build-fuzz/debug/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 .build-fuzz/corpus-$$t Fuzz/$$t || exit 1; done

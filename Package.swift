@@ -29,6 +29,8 @@ let package = Package(
             name: "loop-demo",
             dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopJournal", "LoopDemo"]
         ),
+        .executableTarget(name: "fuzz-commands", dependencies: ["LoopDemo"]),
+        .executableTarget(name: "fuzz-journal", dependencies: ["LoopCore", "LoopJournal", "LoopDemo"]),
         .executableTarget(
             name: "loop-bench",
             dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"]

@@ -19,7 +19,7 @@ public final class JournalRecorder<State: Encodable & Sendable, Event: Codable &
     private struct Progress {
         var sequence = 0
         var failures = 0
-        var state: (@Sendable () -> State)?
+        var state: (@Sendable () -> State?)?
     }
 
     private let journal: JSONLinesJournal<Event>
@@ -43,7 +43,8 @@ public final class JournalRecorder<State: Encodable & Sendable, Event: Codable &
 
     /// Lets the recorder read `loop`'s state for its digests. Call it before the loop starts.
     public func attach(to loop: Loop<State, Event, Effect>) {
-        progress.withLock { $0.state = { loop.state } }
+        // Weakly: the loop holds this recorder as its observer, so a strong capture would be a cycle.
+        progress.withLock { $0.state = { [weak loop] in loop?.state } }
     }
 
     /// How many events have been recorded.
@@ -68,7 +69,8 @@ public final class JournalRecorder<State: Encodable & Sendable, Event: Codable &
             return (progress.sequence, progress.state)
         }
         do {
-            let digest = try sequence.isMultiple(of: digestEvery) ? state.map { try StateDigest.of($0()) } : nil
+            let current = sequence.isMultiple(of: digestEvery) ? state?() : nil
+            let digest = try current.map { try StateDigest.of($0) }
             try journal.append(JournalRecord(sequence: sequence, event: event, digest: digest))
         } catch {
             progress.withLock { $0.failures += 1 }

@@ -374,9 +374,12 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         var timer: Task<Void, Never>?
         if let timeout = effect.lifecycle.timeout {
             let clock = context.clock
-            timer = Task { [weak self] in
+            // The timer holds the lock's storage, not the loop: it is cancelled and awaited before this
+            // function returns, so it needs no weak reference (whose side table outlived the loop).
+            let storage = self.storage
+            timer = Task {
                 do { try await clock.sleep(for: timeout) } catch { return }
-                self?.storage.withLock { $0.timeOut(id, after: timeout) }?()
+                storage.withLock { $0.timeOut(id, after: timeout) }?()
             }
         }
         let result = await withTaskCancellationHandler {

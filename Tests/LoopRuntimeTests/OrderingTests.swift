@@ -61,6 +61,7 @@ import Testing
         }
         #expect(loop.state.items == Array(0...50))
         #expect(deepest.load(ordering: .relaxed) == 1)
+        holder.withLock { $0 = nil }  // the observer holds the loop through `holder`: break the cycle
     }
 
     @Test func effectsOfOneEventStartInTheOrderListed() async throws {
