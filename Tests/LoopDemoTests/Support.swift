@@ -13,7 +13,7 @@ func waitUntil(
     sourceLocation: SourceLocation = #_sourceLocation,
     _ condition: () -> Bool
 ) async {
-    let limit = ContinuousClock.now + .seconds(30)
+    let limit = ContinuousClock.now + .seconds(300)
     while !condition() {
         guard ContinuousClock.now < limit else {
             Issue.record("timed out waiting for \(description)", sourceLocation: sourceLocation)

@@ -197,7 +197,7 @@ func waitUntil(
     sourceLocation: SourceLocation = #_sourceLocation,
     _ condition: () -> Bool
 ) async {
-    let limit = ContinuousClock.now + .seconds(20)
+    let limit = ContinuousClock.now + .seconds(300)
     while !condition() {
         guard ContinuousClock.now < limit else {
             Issue.record("timed out waiting for \(description)", sourceLocation: sourceLocation)

@@ -82,7 +82,7 @@ final class Recorder<Event: Equatable & Sendable, Effect: Equatable & Sendable>:
                 }
             }
             group.addTask {
-                try? await Task.sleep(for: .seconds(20))
+                try? await Task.sleep(for: .seconds(300))
                 return false
             }
             let first = await group.next() ?? false
