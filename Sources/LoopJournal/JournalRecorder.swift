@@ -12,7 +12,8 @@ public import LoopRuntime
 ///
 /// The observer runs on the thread that processed the event before that thread processes another, so
 /// the state it reads for a digest is the state right after the event. A record that cannot be
-/// written is counted in ``failures`` and passed to `onFailure`; the loop goes on.
+/// written is counted in ``failures`` and passed to `onFailure`; the loop goes on. `onRecorded`
+/// receives each sequence number once its record is in the file.
 public final class JournalRecorder<State: Encodable & Sendable, Event: Codable & Sendable, Effect: Sendable>:
     LoopObserver, Sendable
 {
@@ -26,6 +27,7 @@ public final class JournalRecorder<State: Encodable & Sendable, Event: Codable &
     private let digestEvery: Int
     private let next: (any LoopObserver<Event, Effect>)?
     private let onFailure: (@Sendable (any Error) -> Void)?
+    private let onRecorded: (@Sendable (Int) -> Void)?
     private let progress = Locked(Progress())
 
     /// Creates a recorder writing to `journal`, with a digest every `digestEvery` events (at least 1).
@@ -33,12 +35,14 @@ public final class JournalRecorder<State: Encodable & Sendable, Event: Codable &
         journal: JSONLinesJournal<Event>,
         digestEvery: Int = 100,
         forwardingTo next: (any LoopObserver<Event, Effect>)? = nil,
-        onFailure: (@Sendable (any Error) -> Void)? = nil
+        onFailure: (@Sendable (any Error) -> Void)? = nil,
+        onRecorded: (@Sendable (Int) -> Void)? = nil
     ) {
         self.journal = journal
         self.digestEvery = max(1, digestEvery)
         self.next = next
         self.onFailure = onFailure
+        self.onRecorded = onRecorded
     }
 
     /// Lets the recorder read `loop`'s state for its digests. Call it before the loop starts.
@@ -72,6 +76,7 @@ public final class JournalRecorder<State: Encodable & Sendable, Event: Codable &
             let current = sequence.isMultiple(of: digestEvery) ? state?() : nil
             let digest = try current.map { try StateDigest.of($0) }
             try journal.append(JournalRecord(sequence: sequence, event: event, digest: digest))
+            onRecorded?(sequence)
         } catch {
             progress.withLock { $0.failures += 1 }
             onFailure?(error)

@@ -21,6 +21,7 @@ let usage = """
       --stdin          read commands from standard input instead, one per line:
                          \(Command.usage.joined(separator: "\n                         "))
       --journal FILE   record every event to FILE (JSON Lines, with a state digest every 10 events)
+      --acks           with --journal, print "journaled N" to standard error once event N is in the file
       replay FILE      replay a journal through the pure logic, check its digests, print the final state
     SIGINT or SIGTERM shuts down gracefully: running jobs get 2 seconds, then are cancelled.
     Exit status: 0 done, 64 usage error, 65 a journal that does not replay, 70 an internal error.
@@ -33,7 +34,7 @@ func printError(_ text: String) {
 }
 
 enum Mode {
-    case run(stdin: Bool, journal: String?)
+    case run(stdin: Bool, journal: String?, acks: Bool)
     case replay(String)
     case help
 }
@@ -45,12 +46,15 @@ func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
         return .success(.replay(arguments[1]))
     }
     var stdin = false
+    var acks = false
     var journal: String?
     var index = 0
     while index < arguments.count {
         switch arguments[index] {
         case "--stdin":
             stdin = true
+        case "--acks":
+            acks = true
         case "--journal":
             guard index + 1 < arguments.count else {
                 return .failure(CommandError(description: "--journal needs a file"))
@@ -62,7 +66,8 @@ func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
         }
         index += 1
     }
-    return .success(.run(stdin: stdin, journal: journal))
+    guard !acks || journal != nil else { return .failure(CommandError(description: "--acks needs --journal")) }
+    return .success(.run(stdin: stdin, journal: journal, acks: acks))
 }
 
 let program = JobRunner.program(limit: 3)
@@ -82,7 +87,7 @@ func replay(_ path: String) -> Int32 {
     }
 }
 
-func run(stdin: Bool, journalPath: String?) async -> Int32 {
+func run(stdin: Bool, journalPath: String?, acks: Bool) async -> Int32 {
     let console = Console.standardOutput()
     let stopper = Locked<(@Sendable (Duration) -> Void)?>(nil)
     let router = JobRunner.router(shell: SystemShell(), clock: ContinuousClock(), console: console) { gracePeriod in
@@ -101,9 +106,14 @@ func run(stdin: Bool, journalPath: String?) async -> Int32 {
     if let journalPath {
         do {
             let journal = try JSONLinesJournal<JobRunner.Event>(path: journalPath)
-            recorder = JournalRecorder(journal: journal, digestEvery: 10) { error in
-                printError("loop-demo: journal: \(error)")
-            }
+            let onFailure: @Sendable (any Error) -> Void = { error in printError("loop-demo: journal: \(error)") }
+            let acknowledge: @Sendable (Int) -> Void = { sequence in printError("journaled \(sequence)") }
+            recorder = JournalRecorder(
+                journal: journal,
+                digestEvery: 10,
+                onFailure: onFailure,
+                onRecorded: acks ? acknowledge : nil
+            )
         } catch {
             printError("loop-demo: \(error)")
             return 73
@@ -132,8 +142,8 @@ case .success(.help):
     exit(0)
 case .success(.replay(let path)):
     exit(replay(path))
-case .success(.run(let stdin, let journal)):
-    exit(await run(stdin: stdin, journalPath: journal))
+case .success(.run(let stdin, let journal, let acks)):
+    exit(await run(stdin: stdin, journalPath: journal, acks: acks))
 case .failure(let error):
     printError("loop-demo: \(error)")
     printError(usage)
