@@ -7,9 +7,9 @@ SOURCES := Package.swift Sources Tests
 
 build: ; swift build $(STRICT)
 test: ; swift test $(STRICT)
-test-tsan: ; TSAN_OPTIONS=halt_on_error=1 swift test $(STRICT) --sanitize=thread --scratch-path .build-tsan
+test-tsan: ; EFFECTLOOP_SANITIZED=1 TSAN_OPTIONS=halt_on_error=1 swift test $(STRICT) --sanitize=thread --scratch-path .build-tsan
 demo: ; swift run -c release loop-demo
-test-asan: ; LSAN_OPTIONS=suppressions=$(CURDIR)/.lsan-suppressions swift test $(STRICT) --sanitize=address --scratch-path .build-asan
+test-asan: ; EFFECTLOOP_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/.lsan-suppressions swift test $(STRICT) --sanitize=address --scratch-path .build-asan
 bench: ; swift run -c release loop-bench
 bench-quick: ; swift run -c release loop-bench --quick
 lint: ; swift format lint --strict $(FMT_OPTIONS) $(SOURCES)
