@@ -26,6 +26,7 @@ public struct Rejection: Error, Hashable, Sendable, CustomStringConvertible {
         case stopping
         case stopped
         case inboxFull
+        case effectEnded
     }
 
     private let code: Code
@@ -37,6 +38,9 @@ public struct Rejection: Error, Hashable, Sendable, CustomStringConvertible {
     public static let stopped = Rejection(code: .stopped)
     /// The loop's inbox is bounded and full, and its policy rejects the newest event.
     public static let inboxFull = Rejection(code: .inboxFull)
+    /// The effect whose handler sent the event had already ended (it timed out): a late handler cannot
+    /// change the state.
+    public static let effectEnded = Rejection(code: .effectEnded)
 
     /// A sentence saying why.
     public var description: String {
@@ -44,6 +48,7 @@ public struct Rejection: Error, Hashable, Sendable, CustomStringConvertible {
         case .stopping: "the loop is stopping and takes no new events"
         case .stopped: "the loop has stopped"
         case .inboxFull: "the loop's inbox is full"
+        case .effectEnded: "the effect that sent it had already ended (timed out)"
         }
     }
 }

@@ -63,7 +63,7 @@ public final class JournalRecorder<State: Encodable & Sendable, Event: Codable &
 
     /// Records processed events and passes everything on.
     public func observe(_ activity: LoopActivity<Event, Effect>) {
-        if case .eventProcessed(let event, _, _) = activity { record(event) }
+        if case .eventProcessed(let event, _, _, _) = activity { record(event) }
         next?.observe(activity)
     }
 

@@ -3,8 +3,9 @@ public import LoopCore
 
 /// Something a loop did, as reported to its ``LoopObserver``.
 public enum LoopActivity<Event: Sendable, Effect: Sendable>: Sendable {
-    /// The update processed `event` in `duration`; `inboxDepth` events were waiting afterwards.
-    case eventProcessed(Event, duration: Duration, inboxDepth: Int)
+    /// The update processed `event`, which came from `origin`, in `duration`; `inboxDepth` events were
+    /// waiting afterwards.
+    case eventProcessed(Event, origin: EventOrigin, duration: Duration, inboxDepth: Int)
     /// `event` was turned away, for `reason`.
     case eventRejected(Event, reason: Rejection)
     /// `event` had been taken but was dropped unprocessed (drop-oldest inbox, or an immediate stop).
@@ -19,6 +20,9 @@ public enum LoopActivity<Event: Sendable, Effect: Sendable>: Sendable {
     case effectCancelled(Effect)
     /// `effect` ran past `timeout` and was cancelled; `mappedTo` is the event the router made of it.
     case effectTimedOut(Effect, timeout: Duration, mappedTo: Event?)
+    /// `effect` was still running when the loop stopped without waiting (grace period over, or `run()`'s
+    /// task cancelled): its handler was cancelled and the loop no longer waits for it.
+    case effectAbandoned(Effect)
     /// `effect` was dropped by a `dropIfRunning` lifecycle.
     case effectDropped(Effect)
     /// An event source threw `error`; the loop keeps running.

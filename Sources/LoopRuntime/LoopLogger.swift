@@ -39,8 +39,8 @@ public struct LoopLogger<Event: Sendable, Effect: Sendable>: LoopObserver {
     /// The line, without the label, that describes `activity`.
     public static func line(for activity: LoopActivity<Event, Effect>) -> String {
         switch activity {
-        case .eventProcessed(let event, let duration, let depth):
-            "event \(event) processed in \(duration), inbox \(depth)"
+        case .eventProcessed(let event, let origin, let duration, let depth):
+            "event \(event) from \(origin) processed in \(duration), inbox \(depth)"
         case .eventRejected(let event, let reason):
             "event \(event) rejected: \(reason)"
         case .eventDropped(let event):
@@ -55,6 +55,8 @@ public struct LoopLogger<Event: Sendable, Effect: Sendable>: LoopObserver {
             "effect \(effect) cancelled"
         case .effectTimedOut(let effect, let timeout, let mapped):
             "effect \(effect) timed out after \(timeout)" + (mapped.map { " -> \($0)" } ?? "")
+        case .effectAbandoned(let effect):
+            "effect \(effect) abandoned: still running when the loop stopped"
         case .effectDropped(let effect):
             "effect \(effect) dropped: one with its key is in flight"
         case .sourceFailed(let error):

@@ -47,7 +47,8 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
     /// The handler every effect is given to.
     public let effects: RecordingEffectHandler<Effect, Event>
     private let ledger = Locked(Ledger())
-    private let pendingFromTest = Locked([Event]())
+    /// Bumped by everything the loop and the recording handler do, so waits are on conditions.
+    private let changes = Changes()
 
     /// Creates a harness for `program`; effects are scheduled with ``EffectHandlers/EffectLifecycle/immediate``.
     public convenience init(_ program: Program<State, Event, Effect>) {
@@ -60,24 +61,20 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
     }
 
     private init(_ program: Program<State, Event, Effect>, router: EffectRouter<Effect, Event>) {
-        let recording = RecordingEffectHandler<Effect, Event>()
+        let changes = self.changes
+        let recording = RecordingEffectHandler<Effect, Event>(onChange: { changes.bump() })
         let clock = ManualClock()
         let ledger = self.ledger
-        let pending = self.pendingFromTest
         let observer = ClosureLoopObserver<Event, Effect> { activity in
+            defer { changes.bump() }
             if case .effectStarted(let effect, _) = activity {
                 ledger.withLock { $0.started.append(effect) }
                 return
             }
-            guard case .eventProcessed(let event, _, _) = activity else { return }
-            let fromTest = pending.withLock { sent -> Bool in
-                guard let index = sent.firstIndex(of: event) else { return false }
-                sent.remove(at: index)
-                return true
-            }
+            guard case .eventProcessed(let event, let origin, _, _) = activity else { return }
             ledger.withLock { ledger in
                 ledger.processed.append(event)
-                ledger.fromTest.append(fromTest)
+                ledger.fromTest.append(origin == .outside)
             }
         }
         self.effects = recording
@@ -97,9 +94,7 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
     /// reached the recording handler.
     @discardableResult
     public func send(_ event: Event) async -> Delivery {
-        pendingFromTest.withLock { $0.append(event) }
         let delivery = loop.send(event)
-        if !delivery.isAccepted { pendingFromTest.withLock { $0.removeAll { $0 == event } } }
         await settle()
         return delivery
     }
@@ -269,13 +264,23 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
         return report.effectsStarted - report.effectsInFlight
     }
 
-    /// Returns once the loop is idle and every effect in flight has reached the recording handler.
+    /// Returns once the loop is idle and every effect it let in has reached the recording handler.
     private func settle() async {
-        await waitUntil { loop.isIdle && effects.inFlight.count >= loop.report.effectsInFlight }
+        await waitUntil { loop.isIdle && effects.inFlight.count >= loop.liveEffects }
     }
 
+    /// Returns once `condition` holds, checking it again after each thing the loop or the handler does,
+    /// and each time the loop's drain ends (which no activity reports).
     private func waitUntil(_ condition: () -> Bool) async {
-        while !condition() { await Task.yield() }
+        while true {
+            let seen = changes.version
+            if condition() { return }
+            if !loop.isIdle {
+                await loop.whenIdle()
+            } else {
+                await changes.wait(after: seen)
+            }
+        }
     }
 }
 
@@ -320,7 +325,7 @@ private func runHarness<State, Event, Effect>(
 ) async throws {
     try await withThrowingTaskGroup(of: Void.self) { group in
         group.addTask { try await harness.loop.run() }
-        while !harness.loop.isRunning { await Task.yield() }
+        _ = await harness.loop.waitUntilRunning()
         do {
             try await body(harness)
         } catch {
@@ -330,5 +335,41 @@ private func runHarness<State, Event, Effect>(
         await harness.finish(fileID: site.fileID, filePath: site.filePath, line: site.line, column: site.column)
         harness.loop.stop(gracePeriod: .zero)
         try await group.waitForAll()
+    }
+}
+
+/// A counter of changes that tasks can wait on: ``wait(after:)`` returns once the count has moved past
+/// the value the waiter last saw, so no change between a check and the wait is missed.
+final class Changes: Sendable {
+    private struct Count {
+        var version: UInt64 = 0
+        var waiters: [(after: UInt64, continuation: CheckedContinuation<Void, Never>)] = []
+    }
+
+    private let count = Locked(Count())
+
+    /// The number of changes so far.
+    var version: UInt64 { count.withLock { $0.version } }
+
+    /// Records a change, waking every waiter.
+    func bump() {
+        let waiters = count.withLock { count in
+            count.version &+= 1
+            defer { count.waiters = [] }
+            return count.waiters.map(\.continuation)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once a change after `version` has happened.
+    func wait(after version: UInt64) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let moved = count.withLock { count in
+                if count.version != version { return true }
+                count.waiters.append((version, continuation))
+                return false
+            }
+            if moved { continuation.resume() }
+        }
     }
 }

@@ -26,9 +26,17 @@ public final class RecordingEffectHandler<Effect: Equatable & Sendable, Event: S
     }
 
     private let book = Locked(Book())
+    private let onChange: (@Sendable () -> Void)?
 
     /// Creates a handler with nothing recorded.
-    public init() {}
+    public init() {
+        onChange = nil
+    }
+
+    /// Creates a handler that calls `onChange` whenever an effect arrives or is cancelled.
+    init(onChange: @escaping @Sendable () -> Void) {
+        self.onChange = onChange
+    }
 
     /// Every effect the handler was given, in the order it was given them.
     public var started: [Effect] {
@@ -66,6 +74,7 @@ public final class RecordingEffectHandler<Effect: Equatable & Sendable, Event: S
                     return ready.map(\.continuation)
                 }
                 for watcher in watchers { watcher.resume() }
+                onChange?()
             }
         } onCancel: {
             let held = book.withLock { book -> InFlight? in
@@ -74,6 +83,7 @@ public final class RecordingEffectHandler<Effect: Equatable & Sendable, Event: S
                 return held
             }
             held?.continuation.resume(returning: .failure(CancellationError()))
+            onChange?()
         }
         for event in try answer.get() { send(event) }
     }

@@ -1,6 +1,7 @@
 import EffectHandlers
 import LoopCore
 import LoopRuntime
+import LoopTesting
 import Testing
 
 @Suite struct ErrorTests {
@@ -70,12 +71,19 @@ import Testing
         #expect(loop.report.eventsRejected == 1)
     }
 
-    @Test func stopBeforeRunStopsForGood() async throws {
-        let loop = Jobs.loop(recorder: Recorded())
+    /// Bug 2: a loop stopped before it ran used to report `.drained` with its event still queued.
+    @Test func stopBeforeRunStopsForGoodAndCountsTheQueuedEventsDropped() async throws {
+        let recorder = Recorded()
+        let loop = Jobs.loop(recorder: recorder)
         loop.send(.note("queued"))
         loop.stop()
         #expect(loop.send(.note("late")) == .rejected(.stopped))
         await #expect(throws: LoopError.alreadyStopped) { try await loop.run() }
-        #expect(loop.report.ending == .drained)
+        let report = loop.report
+        #expect(report.ending == .neverStarted)
+        #expect(report.eventsDropped == 1)
+        #expect(report.eventsQueued == 0)
+        #expect(recorder.entries == [.eventDropped(.note("queued")), .stopped, .rejected(.note("late"), .stopped)])
+        #expect(await loop.waitUntilRunning() == false)
     }
 }

@@ -2,6 +2,7 @@ import EffectHandlers
 import EventSources
 import LoopCore
 import LoopRuntime
+import LoopTesting
 import Synchronization
 import Testing
 

@@ -1,4 +1,5 @@
 import LoopRuntime
+import LoopTesting
 
 /// Named gates a handler waits at until the test opens them; lets a test hold effects in flight.
 final class Gates: Sendable {

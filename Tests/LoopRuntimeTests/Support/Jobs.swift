@@ -1,6 +1,7 @@
 import EffectHandlers
 import LoopCore
 import LoopRuntime
+import LoopTesting
 
 /// A test domain whose effects carry their own lifecycle, so each test picks the policy it checks.
 enum Jobs {

@@ -1,0 +1,262 @@
+public import EffectHandlers
+public import LoopCore
+
+/// An event in the inbox, with where it came from.
+@usableFromInline
+struct Envelope<Event> {
+    @usableFromInline
+    var event: Event
+    @usableFromInline
+    var origin: EventOrigin
+
+    @inlinable
+    init(_ event: Event, from origin: EventOrigin) {
+        self.event = event
+        self.origin = origin
+    }
+}
+
+/// Cancels one running effect's task. Equal by the effect's id, so actions holding handles compare as
+/// values in tests.
+@usableFromInline
+struct CancelHandle: Sendable, Equatable {
+    @usableFromInline
+    let id: UInt64
+    @usableFromInline
+    let cancel: @Sendable () -> Void
+
+    @inlinable
+    init(id: UInt64, cancel: @escaping @Sendable () -> Void) {
+        self.id = id
+        self.cancel = cancel
+    }
+
+    @inlinable
+    static func == (lhs: CancelHandle, rhs: CancelHandle) -> Bool { lhs.id == rhs.id }
+}
+
+/// An asynchronous effect the engine let in: what its task runs. Equal by id, effect and lifecycle.
+@usableFromInline
+struct Admitted<Effect: Sendable, Event: Sendable>: Sendable {
+    @usableFromInline
+    var id: UInt64
+    @usableFromInline
+    var effect: Effect
+    @usableFromInline
+    var lifecycle: EffectLifecycle
+    @usableFromInline
+    var perform: @Sendable (Effect, Send<Event>) async throws -> Void
+
+    @inlinable
+    init(
+        id: UInt64,
+        effect: Effect,
+        lifecycle: EffectLifecycle,
+        perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void
+    ) {
+        self.id = id
+        self.effect = effect
+        self.lifecycle = lifecycle
+        self.perform = perform
+    }
+
+    /// Whether the loop can cancel it on its own or time it out, so its handler runs in a task of its own.
+    @inlinable
+    var isControlled: Bool { lifecycle.key != nil || lifecycle.timeout != nil }
+}
+
+extension Admitted: Equatable where Effect: Equatable {
+    @inlinable
+    static func == (lhs: Admitted, rhs: Admitted) -> Bool {
+        lhs.id == rhs.id && lhs.effect == rhs.effect && lhs.lifecycle == rhs.lifecycle
+    }
+}
+
+/// What the engine decided for one effect it looked at in the lock (an asynchronous one, or one that
+/// cancels a key). Synchronous and unrouted effects need no decision: the driver runs or reports them.
+@usableFromInline
+enum Admission<Effect: Sendable, Event: Sendable> {
+    /// Start it: first call `cancelling` (a `latest` effect replaces those with its key) and report
+    /// `cancelled`, queued effects that now never start.
+    case start(Admitted<Effect, Event>, cancelling: [CancelHandle], cancelled: [Effect])
+    /// It waits behind the running effect with its key; it starts when that one ends.
+    case queued
+    /// Dropped: an effect with its key is running (`dropIfRunning`).
+    case dropped
+    /// A `cancel` effect: call `cancelling`, report `cancelled`; the effect itself starts nothing.
+    case cancel(cancelling: [CancelHandle], cancelled: [Effect])
+}
+
+extension Admission: Equatable where Effect: Equatable {}
+
+/// One decision, and the position in the event's effects of the effect it is for.
+@usableFromInline
+struct Decision<Effect: Sendable, Event: Sendable> {
+    @usableFromInline
+    var index: Int
+    @usableFromInline
+    var admission: Admission<Effect, Event>
+
+    @inlinable
+    init(_ index: Int, _ admission: Admission<Effect, Event>) {
+        self.index = index
+        self.admission = admission
+    }
+}
+
+extension Decision: Equatable where Effect: Equatable {}
+
+/// The effects of one event (or of the program's start), with the decisions the engine took for them
+/// in the same hold of the lock as the update. The driver goes through `effects` in order: an effect
+/// with a decision follows it; any other is synchronous (run inline) or unrouted (reported failed).
+@usableFromInline
+struct Dispatch<Effect: Sendable, Event: Sendable> {
+    @usableFromInline
+    var effects: [Effect]
+    @usableFromInline
+    var decisions: [Decision<Effect, Event>]
+    /// The host spawned effects run on; set when a decision starts one.
+    @usableFromInline
+    var host: Host?
+
+    @inlinable
+    init(effects: [Effect] = [], decisions: [Decision<Effect, Event>] = [], host: Host? = nil) {
+        self.effects = effects
+        self.decisions = decisions
+        self.host = host
+    }
+
+    @inlinable
+    var isEmpty: Bool { effects.isEmpty }
+}
+
+extension Dispatch: Equatable where Effect: Equatable {
+    /// Equal when the same effects, decisions and host.
+    @inlinable
+    static func == (lhs: Dispatch, rhs: Dispatch) -> Bool {
+        lhs.effects == rhs.effects && lhs.decisions == rhs.decisions && lhs.host === rhs.host
+    }
+}
+
+/// Who to wake after a step: state-stream consumers waiting for the next state (with that state), and
+/// an async sender whose event took the room the step freed.
+@usableFromInline
+final class Wakeups<State: Sendable> {
+    @usableFromInline
+    var subscribers: [CheckedContinuation<State?, Never>] = []
+    @usableFromInline
+    var state: State?
+    @usableFromInline
+    var admittedSender: CheckedContinuation<Delivery, Never>?
+
+    @usableFromInline
+    init() {}
+
+    /// Resumes everyone; call after the lock is released.
+    @usableFromInline
+    func resume() {
+        if let state {
+            for subscriber in subscribers { subscriber.resume(returning: state) }
+        }
+        admittedSender?.resume(returning: .accepted)
+    }
+}
+
+/// One processed event: what the driver reports and does once the lock is released.
+///
+/// Kept to fixed-layout fields so the hot path copies it without runtime calls; the rare wake-ups live
+/// behind one optional reference.
+@usableFromInline
+struct Step<State: Sendable, Event: Sendable, Effect: Sendable> {
+    @usableFromInline
+    var event: Event
+    @usableFromInline
+    var origin: EventOrigin
+    @usableFromInline
+    var dispatch: Dispatch<Effect, Event>
+    @usableFromInline
+    var duration: Duration?
+    @usableFromInline
+    var inboxDepth: Int
+    @usableFromInline
+    var wakeups: Wakeups<State>?
+
+    @inlinable
+    init(event: Event, origin: EventOrigin, dispatch: Dispatch<Effect, Event>, duration: Duration?, inboxDepth: Int) {
+        self.event = event
+        self.origin = origin
+        self.dispatch = dispatch
+        self.duration = duration
+        self.inboxDepth = inboxDepth
+    }
+
+    /// Whether nothing is left to do outside the lock.
+    @inlinable
+    var isComplete: Bool { dispatch.isEmpty && duration == nil && wakeups == nil }
+}
+
+extension Step: Equatable where Event: Equatable, Effect: Equatable {
+    /// Equal when the same event, origin, effects and decisions; timing and wake-ups are not compared.
+    @inlinable
+    static func == (lhs: Step, rhs: Step) -> Bool {
+        lhs.event == rhs.event && lhs.origin == rhs.origin && lhs.dispatch == rhs.dispatch
+            && lhs.inboxDepth == rhs.inboxDepth
+    }
+}
+
+/// Everything to do once a loop has stopped: who to release, what to report, the host to leave.
+@usableFromInline
+struct Finish<State: Sendable, Event: Sendable, Effect: Sendable> {
+    /// How the loop stopped.
+    @usableFromInline
+    var ending: LoopReport.Ending
+    /// The host the loop leaves, if it ran on one.
+    @usableFromInline
+    var host: Host?
+    /// Events taken but never processed.
+    @usableFromInline
+    var dropped: [Event] = []
+    /// Queued effects that now never start.
+    @usableFromInline
+    var cancelled: [Effect] = []
+    /// Effects still running, which the loop cancels and no longer waits for.
+    @usableFromInline
+    var abandoned: [Effect] = []
+    /// The cancel handles of the abandoned effects that run in tasks of their own.
+    @usableFromInline
+    var cancelling: [CancelHandle] = []
+    /// Async senders still waiting for room, turned away with `rejection`.
+    @usableFromInline
+    var senders: [CheckedContinuation<Delivery, Never>] = []
+    /// Why waiting senders are turned away.
+    @usableFromInline
+    var rejection = Rejection.stopped
+    /// State-stream consumers waiting for a change: their streams end.
+    @usableFromInline
+    var subscribers: [CheckedContinuation<State?, Never>] = []
+    /// Tasks waiting for the loop to start: it never will.
+    @usableFromInline
+    var startWaiters: [CheckedContinuation<Bool, Never>] = []
+    /// Tasks waiting for the loop to be idle: it is, for good.
+    @usableFromInline
+    var idleWaiters: [CheckedContinuation<Void, Never>] = []
+
+    @inlinable
+    init(ending: LoopReport.Ending, host: Host?) {
+        self.ending = ending
+        self.host = host
+    }
+}
+
+extension Finish: Equatable where Event: Equatable, Effect: Equatable {
+    /// Equal when the same ending, host, dropped, cancelled and abandoned effects, and the same numbers
+    /// of handles and waiters.
+    @inlinable
+    static func == (lhs: Finish, rhs: Finish) -> Bool {
+        lhs.ending == rhs.ending && lhs.host === rhs.host && lhs.dropped == rhs.dropped
+            && lhs.cancelled == rhs.cancelled && lhs.abandoned == rhs.abandoned
+            && lhs.cancelling == rhs.cancelling && lhs.senders.count == rhs.senders.count
+            && lhs.rejection == rhs.rejection && lhs.subscribers.count == rhs.subscribers.count
+            && lhs.startWaiters.count == rhs.startWaiters.count
+    }
+}

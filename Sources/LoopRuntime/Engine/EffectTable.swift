@@ -1,0 +1,259 @@
+public import EffectHandlers
+public import LoopCore
+
+/// The asynchronous effects of one loop: those running, and those waiting behind another with their
+/// key. A value kept inside ``LoopEngine``; it decides, and counts what it decides in the report it is
+/// given.
+@usableFromInline
+struct EffectTable<Effect: Sendable, Event: Sendable> {
+    /// An effect the table let in and that has not ended.
+    @usableFromInline
+    struct Running {
+        @usableFromInline
+        var effect: Effect
+        @usableFromInline
+        var key: EffectKey?
+        /// Whether its handler has begun (an uncontrolled effect counts as begun once let in).
+        @usableFromInline
+        var begun: Bool
+        @usableFromInline
+        var cancel: CancelHandle?
+        @usableFromInline
+        var cancelRequested = false
+
+        @inlinable
+        init(effect: Effect, key: EffectKey?, begun: Bool) {
+            self.effect = effect
+            self.key = key
+            self.begun = begun
+        }
+    }
+
+    /// How an effect ended, once the loop's own decisions are counted.
+    @usableFromInline
+    struct Ended {
+        @usableFromInline
+        var effect: Effect
+        @usableFromInline
+        var outcome: EffectOutcome
+        /// The effect with the same key that starts now, if one was waiting.
+        @usableFromInline
+        var next: Admitted<Effect, Event>?
+
+        @inlinable
+        init(effect: Effect, outcome: EffectOutcome, next: Admitted<Effect, Event>?) {
+            self.effect = effect
+            self.outcome = outcome
+            self.next = next
+        }
+    }
+
+    @usableFromInline
+    var nextID: UInt64 = 0
+    @usableFromInline
+    var running: [UInt64: Running] = [:]
+    /// How many effects of each key are running (asked to cancel or not).
+    @usableFromInline
+    var activeByKey: [EffectKey: Int] = [:]
+    /// The running effects of each key not yet asked to cancel, so a cancel visits only those: a stream of
+    /// `latest` effects costs O(1) each, not O(running).
+    @usableFromInline
+    var cancellableByKey: [EffectKey: Set<UInt64>] = [:]
+    @usableFromInline
+    var queuedByKey: [EffectKey: Inbox<Admitted<Effect, Event>>] = [:]
+    @usableFromInline
+    var queuedCount = 0
+    /// Effects reported timed out whose handlers have not returned yet.
+    @usableFromInline
+    var stragglers: Set<UInt64> = []
+
+    @inlinable
+    init() {}
+
+    /// Whether no effect is running or waiting.
+    @inlinable
+    var isEmpty: Bool { running.isEmpty && queuedCount == 0 }
+
+    /// Whether `id` is running and has not been resolved (timed out, abandoned).
+    @inlinable
+    func isLive(_ id: UInt64) -> Bool { running[id] != nil }
+
+    /// Decides how an asynchronous effect is let in according to its lifecycle.
+    @inlinable
+    mutating func admit(
+        _ effect: Effect,
+        _ lifecycle: EffectLifecycle,
+        _ perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void,
+        report: inout LoopReport
+    ) -> Admission<Effect, Event> {
+        var cancelling: [CancelHandle] = []
+        var cancelled: [Effect] = []
+        if let key = lifecycle.key {
+            let busy = activeByKey[key] != nil || queuedByKey[key] != nil
+            switch lifecycle.policy {
+            case .serial where busy:
+                nextID &+= 1
+                queuedByKey[key, default: Inbox()]
+                    .append(Admitted(id: nextID, effect: effect, lifecycle: lifecycle, perform: perform))
+                queuedCount += 1
+                return .queued
+            case .dropIfRunning where busy:
+                report.effectsDropped += 1
+                return .dropped
+            case .latest:
+                (cancelling, cancelled) = cancel(key, report: &report)
+            case .cancel:
+                let (handles, queued) = cancel(key, report: &report)
+                return .cancel(cancelling: handles, cancelled: queued)
+            default:
+                break
+            }
+        }
+        nextID &+= 1
+        let admitted = Admitted(id: nextID, effect: effect, lifecycle: lifecycle, perform: perform)
+        enroll(admitted, report: &report)
+        return .start(admitted, cancelling: cancelling, cancelled: cancelled)
+    }
+
+    /// Records `admitted` as running. An uncontrolled effect counts as started here; a controlled one
+    /// when its task begins (``begin(_:cancel:report:)``), since it can be cancelled before that.
+    @inlinable
+    mutating func enroll(_ admitted: Admitted<Effect, Event>, report: inout LoopReport) {
+        let controlled = admitted.isControlled
+        running[admitted.id] = Running(effect: admitted.effect, key: admitted.lifecycle.key, begun: !controlled)
+        if !controlled { report.effectsStarted += 1 }
+        if let key = admitted.lifecycle.key {
+            activeByKey[key, default: 0] += 1
+            cancellableByKey[key, default: []].insert(admitted.id)
+        }
+    }
+
+    /// Asks every effect with `key` to stop: the cancel handles of those running, and the queued ones,
+    /// which never start.
+    @inlinable
+    mutating func cancel(_ key: EffectKey, report: inout LoopReport) -> ([CancelHandle], [Effect]) {
+        var handles: [CancelHandle] = []
+        for id in (cancellableByKey.removeValue(forKey: key) ?? []).sorted() {
+            guard var entry = running[id], !entry.cancelRequested else { continue }
+            entry.cancelRequested = true
+            if let cancel = entry.cancel { handles.append(cancel) }
+            running[id] = entry
+        }
+        var waiting = queuedByKey.removeValue(forKey: key) ?? Inbox()
+        let queued = waiting.removeAll()
+        queuedCount -= queued.count
+        report.effectsCancelled += queued.count
+        return (handles, queued.map(\.effect))
+    }
+
+    /// A controlled effect's task begins: records its cancel handle. `false` when it must not run (it was
+    /// cancelled before it began, or the loop stopped); then the caller ends it as cancelled.
+    @inlinable
+    mutating func begin(_ id: UInt64, cancel: CancelHandle, report: inout LoopReport) -> Bool {
+        guard var entry = running[id], !entry.cancelRequested else { return false }
+        entry.begun = true
+        entry.cancel = cancel
+        running[id] = entry
+        report.effectsStarted += 1
+        return true
+    }
+
+    /// Records how `id` ended; `nil` when it had already been resolved (timed out, or abandoned at the
+    /// stop), in which case its result is ignored.
+    @inlinable
+    mutating func end(_ id: UInt64, _ result: EffectOutcome, report: inout LoopReport) -> Ended? {
+        guard let entry = running.removeValue(forKey: id) else { return nil }
+        let outcome = entry.cancelRequested ? .cancelled : result
+        if entry.begun {
+            switch outcome {
+            case .completed: report.effectsCompleted += 1
+            case .failed: report.effectsFailed += 1
+            case .timedOut: report.effectsTimedOut += 1
+            case .cancelled:
+                report.effectsCancelled += 1
+                report.effectsCancelledAfterStart += 1
+            }
+        } else {
+            report.effectsCancelled += 1
+        }
+        return Ended(effect: entry.effect, outcome: outcome, next: release(id, key: entry.key, report: &report))
+    }
+
+    /// `id` ran past `timeout`: it ends now, timed out; its handler's later return is ignored (while
+    /// `handlerRunning`, it is counted as a straggler until then). `nil` if it had already ended, was
+    /// cancelled, or had not begun.
+    @inlinable
+    mutating func timeOut(
+        _ id: UInt64,
+        after timeout: Duration,
+        handlerRunning: Bool,
+        report: inout LoopReport
+    ) -> (Ended, CancelHandle?)? {
+        guard let entry = running[id], entry.begun, !entry.cancelRequested else { return nil }
+        running[id] = nil
+        if handlerRunning { stragglers.insert(id) }
+        report.effectsTimedOut += 1
+        let ended = Ended(
+            effect: entry.effect,
+            outcome: .timedOut(timeout),
+            next: release(id, key: entry.key, report: &report)
+        )
+        return (ended, entry.cancel)
+    }
+
+    /// Frees `id`'s key; the next effect queued behind it, now running, if any.
+    @inlinable
+    mutating func release(_ id: UInt64, key: EffectKey?, report: inout LoopReport) -> Admitted<Effect, Event>? {
+        guard let key else { return nil }
+        let active = (activeByKey[key] ?? 1) - 1
+        activeByKey[key] = active > 0 ? active : nil
+        cancellableByKey[key]?.remove(id)
+        if cancellableByKey[key]?.isEmpty == true { cancellableByKey[key] = nil }
+        guard activeByKey[key] == nil, let next = queuedByKey[key]?.popFirst() else { return nil }
+        if queuedByKey[key]?.isEmpty == true { queuedByKey[key] = nil }
+        queuedCount -= 1
+        enroll(next, report: &report)
+        return next
+    }
+
+    /// The loop stops without waiting: every running effect that began is abandoned (its handler is
+    /// cancelled and its result ignored), one that had not begun is cancelled, queued ones never start.
+    @inlinable
+    mutating func abandonAll(
+        report: inout LoopReport
+    ) -> (abandoned: [Effect], cancelling: [CancelHandle], cancelled: [Effect]) {
+        var abandoned: [Effect] = []
+        var cancelling: [CancelHandle] = []
+        var cancelled: [Effect] = []
+        for (_, entry) in running.sorted(by: { $0.key < $1.key }) {
+            if entry.begun {
+                abandoned.append(entry.effect)
+                if let cancel = entry.cancel { cancelling.append(cancel) }
+            } else {
+                cancelled.append(entry.effect)
+            }
+        }
+        for key in queuedByKey.keys {
+            for queued in queuedByKey[key]?.removeAll() ?? [] { cancelled.append(queued.effect) }
+        }
+        report.effectsAbandoned += abandoned.count
+        report.effectsCancelled += cancelled.count
+        report.timedOutStillRunning += stragglers.count
+        running = [:]
+        activeByKey = [:]
+        cancellableByKey = [:]
+        queuedByKey = [:]
+        queuedCount = 0
+        stragglers = []
+        return (abandoned, cancelling, cancelled)
+    }
+}
+
+/// How an asynchronous effect's handler ended.
+@usableFromInline
+enum EffectOutcome: Sendable {
+    case completed
+    case failed(any Error)
+    case cancelled
+    case timedOut(Duration)
+}

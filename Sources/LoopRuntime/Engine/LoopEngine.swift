@@ -1,0 +1,563 @@
+public import EffectHandlers
+public import LoopCore
+
+/// A loop's state machine: the only place where the loop changes. One value, kept behind the loop's
+/// lock; every input is a method that decides and returns an action value, which the driver (``Loop``)
+/// performs once the lock is released.
+///
+/// Where the loop is in its life is one enum, ``Lifecycle``, so an impossible combination (stopping
+/// without a host, draining after the stop) cannot be written down. The inbox, the state machine of the
+/// program, the effect table and the state-stream consumers are the data every phase shares.
+@usableFromInline
+struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
+    /// Where a loop is in its life.
+    @usableFromInline
+    enum Lifecycle {
+        /// Created, not yet running: events from outside are queued, nothing is processed.
+        case idle
+        /// Running on `host`. `draining` is the baton: whoever holds it processes events, everyone else
+        /// queues them.
+        case running(Host, draining: Bool)
+        /// Graceful shutdown on `host`: events from outside are turned away; queued events and the
+        /// results of effects are still processed.
+        case stopping(Host, draining: Bool)
+        /// Stopped, for the reason given: nothing is taken or processed again.
+        case stopped(LoopReport.Ending)
+    }
+
+    /// How the engine took an event.
+    @usableFromInline
+    enum Reception {
+        /// Turned away, for the reason given.
+        case rejected(Rejection)
+        /// Queued; whoever drains will process it.
+        case queued
+        /// Queued, and the oldest queued event was dropped to make room.
+        case droppedOldest(Event)
+        /// Processed at once by the caller, who now holds the drain baton: perform the step, then
+        /// continue with ``LoopEngine/nextStep(_:)``.
+        case step(Step<State, Event, Effect>)
+        /// Processed completely inside the lock: no effects, no observer, nobody to wake.
+        case processed
+    }
+
+    /// What the drainer does next.
+    @usableFromInline
+    enum Next {
+        /// Perform this step, then ask again.
+        case step(Step<State, Event, Effect>)
+        /// Events were processed completely; release the lock and ask again.
+        case again
+        /// The inbox is empty: the drain has ended.
+        case idle
+        /// The drain has ended; wake these tasks waiting for the loop to be idle.
+        case idleWaking([CheckedContinuation<Void, Never>])
+        /// The drain has ended and so has the loop's graceful shutdown.
+        case finished(Finish<State, Event, Effect>)
+    }
+
+    /// What claiming the loop for a host did.
+    @usableFromInline
+    enum Claim {
+        /// The loop runs on the host. The claimer holds the drain baton: it performs the program's
+        /// start-up effects, wakes `startWaiters`, then drains.
+        case started(Dispatch<Effect, Event>, startWaiters: [CheckedContinuation<Bool, Never>])
+        /// It cannot run.
+        case refused(LoopError)
+    }
+
+    /// What a stop did.
+    @usableFromInline
+    enum Stop {
+        /// Nothing: the loop is already stopping or stopped.
+        case none
+        /// Graceful shutdown began on `host`: turn `senders` away; `finish` if nothing was left to do.
+        case stopping(Host, senders: [CheckedContinuation<Delivery, Never>], finish: Finish<State, Event, Effect>?)
+        /// The loop had never run: it stopped for good.
+        case finished(Finish<State, Event, Effect>)
+    }
+
+    /// What an effect's end did.
+    @usableFromInline
+    struct EffectEnd {
+        /// The effect.
+        @usableFromInline
+        var effect: Effect
+        /// How it ended, once the loop's own decisions (a cancel, a timeout) are counted.
+        @usableFromInline
+        var outcome: EffectOutcome
+        /// The event the router makes of a failure or timeout. Until the driver delivers it with
+        /// ``receiveMapped(_:_:)``, the loop does not finish its shutdown.
+        @usableFromInline
+        var mapped: Event?
+        /// The effect queued behind it that starts now.
+        @usableFromInline
+        var next: Dispatch<Effect, Event>?
+        /// The loop's shutdown, if this was the last thing it waited for.
+        @usableFromInline
+        var finish: Finish<State, Event, Effect>?
+
+        @inlinable
+        init(
+            effect: Effect,
+            outcome: EffectOutcome,
+            mapped: Event?,
+            next: Dispatch<Effect, Event>?,
+            finish: Finish<State, Event, Effect>?
+        ) {
+            self.effect = effect
+            self.outcome = outcome
+            self.mapped = mapped
+            self.next = next
+            self.finish = finish
+        }
+    }
+
+    @usableFromInline
+    typealias WaitingSender = (id: UInt64, event: Event, continuation: CheckedContinuation<Delivery, Never>)
+
+    @usableFromInline
+    var machine: Machine<State, Event, Effect>
+    @usableFromInline
+    let policy: InboxPolicy
+    /// Whether to time each update (only an observer needs the duration).
+    @usableFromInline
+    let timed: Bool
+    @usableFromInline
+    var lifecycle = Lifecycle.idle
+    @usableFromInline
+    var inbox = Inbox<Envelope<Event>>()
+    @usableFromInline
+    var report = LoopReport()
+    @usableFromInline
+    var effects = EffectTable<Effect, Event>()
+    @usableFromInline
+    var subscribers = StateSubscribers<State>()
+    @usableFromInline
+    var waitingSenders: [WaitingSender] = []
+    @usableFromInline
+    var startWaiters: [(id: UInt64, waiter: CheckedContinuation<Bool, Never>)] = []
+    /// Tasks waiting for the drain to end (test harnesses).
+    @usableFromInline
+    var idleWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Events the router made of failed or timed-out effects, not delivered yet.
+    @usableFromInline
+    var pendingMapped = 0
+
+    @inlinable
+    init(machine: Machine<State, Event, Effect>, policy: InboxPolicy, timed: Bool) {
+        self.machine = machine
+        self.policy = policy
+        self.timed = timed
+    }
+
+    // MARK: Queries
+
+    /// Whether `run()` is under way: from the claim until the loop stopped.
+    @inlinable
+    var isRunning: Bool {
+        switch lifecycle {
+        case .running, .stopping: true
+        case .idle, .stopped: false
+        }
+    }
+
+    /// Whether someone holds the drain baton.
+    @inlinable
+    var isDraining: Bool {
+        switch lifecycle {
+        case .running(_, let draining), .stopping(_, let draining): draining
+        case .idle, .stopped: false
+        }
+    }
+
+    /// The host the loop runs on, while it runs.
+    @inlinable
+    var host: Host? {
+        switch lifecycle {
+        case .running(let host, _), .stopping(let host, _): host
+        case .idle, .stopped: nil
+        }
+    }
+
+    /// Whether the loop has stopped.
+    @inlinable
+    var isStopped: Bool {
+        if case .stopped = lifecycle { true } else { false }
+    }
+
+    @inlinable
+    mutating func setDraining(_ draining: Bool) {
+        switch lifecycle {
+        case .running(let host, _): lifecycle = .running(host, draining: draining)
+        case .stopping(let host, _): lifecycle = .stopping(host, draining: draining)
+        case .idle, .stopped: break
+        }
+    }
+
+    // MARK: Claim
+
+    /// Claims the loop for running on `host`, decides the program's start-up `effects`, and hands the
+    /// caller the drain baton, so no event is processed before they start.
+    @inlinable
+    mutating func claim(_ host: Host, first effects: [Effect], router: EffectRouter<Effect, Event>) -> Claim {
+        switch lifecycle {
+        case .idle:
+            lifecycle = .running(host, draining: true)
+            let waiters = startWaiters.map(\.waiter)
+            startWaiters = []
+            return .started(decide(effects, router), startWaiters: waiters)
+        case .running, .stopping:
+            return .refused(.alreadyRunning)
+        case .stopped:
+            return .refused(.alreadyStopped)
+        }
+    }
+
+    /// Registers a task waiting for the loop to start. `true` when it has started already (it is
+    /// running or ran), `false` when it stopped without running; `nil` when the waiter was parked.
+    @inlinable
+    mutating func waitForStart(_ id: UInt64, _ waiter: CheckedContinuation<Bool, Never>) -> Bool? {
+        switch lifecycle {
+        case .idle:
+            startWaiters.append((id, waiter))
+            return nil
+        case .running, .stopping: return true
+        case .stopped(let ending): return ending != .neverStarted
+        }
+    }
+
+    /// Removes a start waiter that gave up; its continuation, if it was still waiting.
+    @inlinable
+    mutating func removeStartWaiter(_ id: UInt64) -> CheckedContinuation<Bool, Never>? {
+        guard let index = startWaiters.firstIndex(where: { $0.id == id }) else { return nil }
+        return startWaiters.remove(at: index).waiter
+    }
+
+    // MARK: Events
+
+    /// Takes `event` from `origin`: rejects it, queues it, or, when nobody is draining, processes it at
+    /// once.
+    @inlinable
+    mutating func receive(
+        _ event: Event,
+        from origin: EventOrigin,
+        router: EffectRouter<Effect, Event>
+    ) -> Reception {
+        report.eventsSent += 1
+        let busy: Bool
+        switch lifecycle {
+        case .idle:
+            busy = true
+        case .running(_, let draining):
+            busy = draining
+        case .stopping(_, let draining):
+            guard origin == .effect else {
+                report.eventsRejected += 1
+                return .rejected(.stopping)
+            }
+            busy = draining
+        case .stopped:
+            report.eventsRejected += 1
+            return .rejected(.stopped)
+        }
+        if let capacity = policy.capacity, inbox.count >= capacity {
+            switch policy.overflow {
+            case .rejectNewest, .suspendSender:
+                report.eventsRejected += 1
+                return .rejected(.inboxFull)
+            case .dropOldest:
+                let oldest = inbox.popFirst()
+                inbox.append(Envelope(event, from: origin))
+                guard let oldest else { return .queued }
+                report.eventsDropped += 1
+                return .droppedOldest(oldest.event)
+            }
+        }
+        guard !busy && inbox.isEmpty else {
+            inbox.append(Envelope(event, from: origin))
+            return .queued
+        }
+        let step = process(Envelope(event, from: origin), router)
+        if step.isComplete, case .running = lifecycle { return .processed }
+        setDraining(true)
+        return .step(step)
+    }
+
+    /// Takes `event` sent by the handler of effect `id`; turned away if that effect has already ended
+    /// (it timed out, or was abandoned at the stop), so a late handler cannot change the state.
+    @inlinable
+    mutating func receive(
+        _ event: Event,
+        fromEffect id: UInt64,
+        router: EffectRouter<Effect, Event>
+    ) -> Reception {
+        guard effects.isLive(id) else {
+            report.eventsSent += 1
+            report.eventsRejected += 1
+            return .rejected(isStopped ? .stopped : .effectEnded)
+        }
+        return receive(event, from: .effect, router: router)
+    }
+
+    /// Delivers the event the router made of a failed or timed-out effect (see ``EffectEnd/mapped``).
+    @inlinable
+    mutating func receiveMapped(
+        _ event: Event,
+        _ router: EffectRouter<Effect, Event>
+    ) -> (Reception, Finish<State, Event, Effect>?) {
+        pendingMapped -= 1
+        let reception = receive(event, from: .effect, router: router)
+        if case .step = reception { return (reception, nil) }
+        return (reception, finishIfQuiet())
+    }
+
+    /// How many events that leave nothing to do outside the lock are processed in one hold of it, so a
+    /// concurrent sender never waits behind a long batch.
+    @usableFromInline
+    static var batchLimit: Int { 64 }
+
+    /// For the baton holder: processes queued events, those that leave nothing to do outside the lock in
+    /// a batch, stopping at the first that does (returned as a step), at the batch limit, or when the
+    /// inbox is empty, which ends the drain (and the shutdown, if nothing else is left).
+    @inlinable
+    mutating func nextStep(_ router: EffectRouter<Effect, Event>) -> Next {
+        var processed = 0
+        while isRunning, let envelope = inbox.popFirst() {
+            var step = process(envelope, router)
+            if !waitingSenders.isEmpty, case .running = lifecycle {
+                let waiting = waitingSenders.removeFirst()
+                report.eventsSent += 1
+                inbox.append(Envelope(waiting.event, from: .outside))
+                let wakeups = step.wakeups ?? Wakeups()
+                wakeups.admittedSender = waiting.continuation
+                step.wakeups = wakeups
+            }
+            if !step.isComplete { return .step(step) }
+            processed += 1
+            if processed == Self.batchLimit { return .again }
+        }
+        setDraining(false)
+        if let finish = finishIfQuiet() { return .finished(finish) }
+        if !idleWaiters.isEmpty { return .idleWaking(takeIdleWaiters()) }
+        return .idle
+    }
+
+    /// Applies one event and decides its effects.
+    @inlinable
+    mutating func process(
+        _ envelope: Envelope<Event>,
+        _ router: EffectRouter<Effect, Event>
+    ) -> Step<State, Event, Effect> {
+        let produced: [Effect]
+        var duration: Duration?
+        if timed {
+            let start = ContinuousClock.now
+            produced = machine.process(envelope.event)
+            duration = ContinuousClock.now - start
+        } else {
+            produced = machine.process(envelope.event)
+        }
+        report.eventsProcessed += 1
+        var step = Step<State, Event, Effect>(
+            event: envelope.event,
+            origin: envelope.origin,
+            dispatch: produced.isEmpty ? Dispatch() : decide(produced, router),
+            duration: duration,
+            inboxDepth: inbox.count
+        )
+        let waiters = subscribers.changed()
+        if !waiters.isEmpty {
+            let wakeups = Wakeups<State>()
+            wakeups.subscribers = waiters
+            wakeups.state = machine.state
+            step.wakeups = wakeups
+        }
+        return step
+    }
+
+    /// Decides, in order, what happens to each asynchronous effect of `effects` and to each that cancels
+    /// a key; synchronous and unrouted effects are left to the driver.
+    @inlinable
+    mutating func decide(_ effects: [Effect], _ router: EffectRouter<Effect, Event>) -> Dispatch<Effect, Event> {
+        var decisions: [Decision<Effect, Event>] = []
+        for index in effects.indices {
+            let effect = effects[index]
+            let lifecycle = router.lifecycle(of: effect)
+            if lifecycle.policy == .cancel, let key = lifecycle.key {
+                let (cancelling, cancelled) = self.effects.cancel(key, report: &report)
+                decisions.append(Decision(index, .cancel(cancelling: cancelling, cancelled: cancelled)))
+                continue
+            }
+            guard case .async(let perform)? = router.performer(for: effect) else { continue }
+            decisions.append(Decision(index, self.effects.admit(effect, lifecycle, perform, report: &report)))
+        }
+        return Dispatch(effects: effects, decisions: decisions, host: decisions.isEmpty ? nil : host)
+    }
+
+    /// Parks a task until nobody processes events and none are queued; `false` if that is already so.
+    @inlinable
+    mutating func waitForIdle(_ waiter: CheckedContinuation<Void, Never>) -> Bool {
+        guard isDraining || (!inbox.isEmpty && isRunning) else { return false }
+        idleWaiters.append(waiter)
+        return true
+    }
+
+    @inlinable
+    mutating func takeIdleWaiters() -> [CheckedContinuation<Void, Never>] {
+        defer { idleWaiters = [] }
+        return idleWaiters
+    }
+
+    // MARK: Waiting senders
+
+    /// For an async sender to a full inbox whose policy suspends senders: whether it must wait.
+    @inlinable
+    func mustWait() -> Bool {
+        guard let capacity = policy.capacity, policy.overflow == .suspendSender else { return false }
+        switch lifecycle {
+        case .idle, .running: return inbox.count >= capacity
+        case .stopping, .stopped: return false
+        }
+    }
+
+    @inlinable
+    mutating func park(_ sender: WaitingSender) {
+        waitingSenders.append(sender)
+    }
+
+    /// Removes a waiting sender that gave up, counting its event rejected; its continuation, if it was
+    /// still waiting.
+    @inlinable
+    mutating func removeWaitingSender(_ id: UInt64) -> CheckedContinuation<Delivery, Never>? {
+        guard let index = waitingSenders.firstIndex(where: { $0.id == id }) else { return nil }
+        report.eventsSent += 1
+        report.eventsRejected += 1
+        return waitingSenders.remove(at: index).continuation
+    }
+
+    /// Turns away every waiting sender, counting their events rejected.
+    @inlinable
+    mutating func takeWaitingSenders() -> [CheckedContinuation<Delivery, Never>] {
+        let waiting = waitingSenders
+        waitingSenders = []
+        report.eventsSent += waiting.count
+        report.eventsRejected += waiting.count
+        return waiting.map(\.continuation)
+    }
+
+    // MARK: Stopping
+
+    /// Graceful stop. A running loop stops taking events from outside and finishes once its queued
+    /// events and its effects are done. A loop that never ran stops for good: the events queued for it
+    /// are dropped (counted, and reported), since nothing will ever process them.
+    @inlinable
+    mutating func stop() -> Stop {
+        switch lifecycle {
+        case .idle:
+            return .finished(end(.neverStarted, rejecting: .stopped))
+        case .running(let host, let draining):
+            lifecycle = .stopping(host, draining: draining)
+            let senders = takeWaitingSenders()
+            return .stopping(host, senders: senders, finish: finishIfQuiet())
+        case .stopping, .stopped:
+            return .none
+        }
+    }
+
+    /// Stops at once, without waiting for anything: queued events are dropped, effects not yet begun are
+    /// cancelled, running ones are cancelled and abandoned. For the end of the grace period
+    /// (`.deadlineExceeded`) and the cancellation of the task running the loop (`.cancelled`). `nil` if
+    /// the loop had already stopped.
+    @inlinable
+    mutating func expire(_ ending: LoopReport.Ending) -> Finish<State, Event, Effect>? {
+        if case .stopped = lifecycle { return nil }
+        return end(ending, rejecting: .stopped)
+    }
+
+    /// The loop's graceful shutdown, if nothing is left to do.
+    @inlinable
+    mutating func finishIfQuiet() -> Finish<State, Event, Effect>? {
+        guard case .stopping(_, draining: false) = lifecycle, inbox.isEmpty, effects.isEmpty, pendingMapped == 0
+        else { return nil }
+        return end(.drained, rejecting: .stopped)
+    }
+
+    /// Moves to `.stopped(ending)` and collects everything to release.
+    @inlinable
+    mutating func end(_ ending: LoopReport.Ending, rejecting rejection: Rejection) -> Finish<State, Event, Effect> {
+        var finish = Finish<State, Event, Effect>(ending: ending, host: host)
+        lifecycle = .stopped(ending)
+        report.ending = ending
+        finish.dropped = inbox.removeAll().map(\.event)
+        report.eventsDropped += finish.dropped.count
+        (finish.abandoned, finish.cancelling, finish.cancelled) = effects.abandonAll(report: &report)
+        finish.senders = takeWaitingSenders()
+        finish.rejection = rejection
+        finish.subscribers = subscribers.end()
+        finish.idleWaiters = takeIdleWaiters()
+        finish.startWaiters = startWaiters.map(\.waiter)
+        startWaiters = []
+        pendingMapped = 0
+        return finish
+    }
+
+    // MARK: Effects
+
+    /// The task of controlled effect `id` begins; `false` when the handler must not run (the effect was
+    /// cancelled before it began, or the loop stopped).
+    @inlinable
+    mutating func begin(_ id: UInt64, cancel: CancelHandle) -> Bool {
+        effects.begin(id, cancel: cancel, report: &report)
+    }
+
+    /// Effect `id`'s handler returned with `result`. `nil` when its end no longer counts (it had timed
+    /// out, or the loop stopped without waiting for it).
+    @inlinable
+    mutating func end(_ id: UInt64, _ result: EffectOutcome, router: EffectRouter<Effect, Event>) -> EffectEnd? {
+        guard let ended = effects.end(id, result, report: &report) else { return nil }
+        return conclude(ended, router)
+    }
+
+    /// Effect `id` ran past `timeout`: it ends now, reported timed out. Returns its end and the handle to
+    /// cancel its handler, whose later return is ignored.
+    @inlinable
+    mutating func timeOut(
+        _ id: UInt64,
+        after timeout: Duration,
+        handlerRunning: Bool,
+        router: EffectRouter<Effect, Event>
+    ) -> (EffectEnd, CancelHandle?)? {
+        let timing = effects.timeOut(id, after: timeout, handlerRunning: handlerRunning, report: &report)
+        guard let (ended, cancel) = timing else { return nil }
+        return (conclude(ended, router), cancel)
+    }
+
+    @inlinable
+    mutating func conclude(
+        _ ended: EffectTable<Effect, Event>.Ended,
+        _ router: EffectRouter<Effect, Event>
+    ) -> EffectEnd {
+        var mapped: Event?
+        switch ended.outcome {
+        case .failed(let error): mapped = router.event(for: error, of: ended.effect)
+        case .timedOut(let timeout): mapped = router.event(for: EffectError.timedOut(after: timeout), of: ended.effect)
+        case .completed, .cancelled: break
+        }
+        if mapped != nil { pendingMapped += 1 }
+        let next = ended.next.map {
+            Dispatch(
+                effects: [$0.effect],
+                decisions: [Decision(0, .start($0, cancelling: [], cancelled: []))],
+                host: host
+            )
+        }
+        return EffectEnd(
+            effect: ended.effect,
+            outcome: ended.outcome,
+            mapped: mapped,
+            next: next,
+            finish: mapped == nil ? finishIfQuiet() : nil
+        )
+    }
+}

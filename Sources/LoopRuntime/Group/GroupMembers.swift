@@ -1,0 +1,178 @@
+public import EffectHandlers
+public import LoopCore
+
+/// A group's state machine: its lifecycle and its loops. Kept behind the group's lock; every input
+/// returns what the driver (``LoopGroup``) does once the lock is released. The group's lock is taken
+/// before a loop's, never after.
+@usableFromInline
+struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, Effect: Sendable> {
+    @usableFromInline
+    typealias Member = Loop<State, Event, Effect>
+
+    /// Where a group is in its life.
+    @usableFromInline
+    enum Lifecycle {
+        /// Created, not running: loops are created and queue their events.
+        case idle
+        /// Running on `host`: every loop is claimed for it the moment it is created.
+        case running(Host)
+        /// Graceful shutdown on `host`: no loop is created; existing loops drain.
+        case stopping(Host)
+        /// Stopped: nothing is created or taken.
+        case stopped
+    }
+
+    /// What looking up the loop for an id found.
+    @usableFromInline
+    enum Lookup {
+        case found(Member)
+        /// There is none: create one (outside the lock) and ``insert(_:for:event:router:)`` it.
+        case absent
+        /// There is none and there will be none: the group is shutting down. Counted.
+        case rejected(Rejection)
+    }
+
+    /// What inserting a new loop did.
+    @usableFromInline
+    enum Insertion {
+        /// Inserted, `event` taken; if the group runs, the loop was claimed for its host, and the caller
+        /// now begins it with `first`.
+        case inserted(Delivery, first: Dispatch<Effect, Event>?)
+        /// Another caller inserted one first: send to that one.
+        case found(Member)
+        /// The group began shutting down meanwhile. Counted.
+        case rejected(Rejection)
+    }
+
+    @usableFromInline
+    var lifecycle = Lifecycle.idle
+    @usableFromInline
+    var loops: [ID: Member] = [:]
+    /// Removed loops still finishing their effects.
+    @usableFromInline
+    var retiring: [ObjectIdentifier: Member] = [:]
+    /// What removed loops did, and the events turned away for ids with no loop.
+    @usableFromInline
+    var finished = LoopReport()
+    @usableFromInline
+    var startWaiters: [(id: UInt64, waiter: CheckedContinuation<Bool, Never>)] = []
+
+    @inlinable
+    init() {}
+
+    @inlinable
+    var isRunning: Bool {
+        switch lifecycle {
+        case .running, .stopping: true
+        case .idle, .stopped: false
+        }
+    }
+
+    /// Every loop, removed ones still finishing included.
+    @inlinable
+    var all: [Member] { Array(loops.values) + Array(retiring.values) }
+
+    @inlinable
+    mutating func lookup(_ id: ID) -> Lookup {
+        if let loop = loops[id] { return .found(loop) }
+        switch lifecycle {
+        case .idle, .running: return .absent
+        case .stopping: return .rejected(reject(.stopping))
+        case .stopped: return .rejected(reject(.stopped))
+        }
+    }
+
+    /// Counts an event turned away for an id with no loop.
+    @inlinable
+    mutating func reject(_ rejection: Rejection) -> Rejection {
+        finished.eventsSent += 1
+        finished.eventsRejected += 1
+        return rejection
+    }
+
+    /// Inserts `loop` for `id` and hands it `event`, unless one was inserted meanwhile or the group began
+    /// shutting down. In a running group the loop is claimed for the host here, under the group's lock,
+    /// so a stop that follows finds it running and drains it.
+    @inlinable
+    mutating func insert(
+        _ loop: Member,
+        for id: ID,
+        event: Event,
+        router: EffectRouter<Effect, Event>
+    ) -> Insertion {
+        if let existing = loops[id] { return .found(existing) }
+        var first: Dispatch<Effect, Event>?
+        switch lifecycle {
+        case .idle:
+            break
+        case .running(let host):
+            guard let claimed = try? loop.claim(for: host) else { return .rejected(reject(.stopped)) }
+            first = claimed
+        case .stopping:
+            return .rejected(reject(.stopping))
+        case .stopped:
+            return .rejected(reject(.stopped))
+        }
+        loops[id] = loop
+        // A claimed loop's baton is its creator's, and an idle loop only queues, so this never processes
+        // the event under the group's lock.
+        let reception = loop.storage.withLock { $0.receive(event, from: .outside, router: router) }
+        let delivery: Delivery =
+            if case .rejected(let rejection) = reception { .rejected(rejection) } else { .accepted }
+        return .inserted(delivery, first: first)
+    }
+
+    /// Starts running on `host`: claims every loop created so far; each, with what it starts with.
+    @inlinable
+    mutating func start(_ host: Host) throws(LoopError) -> [(Member, Dispatch<Effect, Event>)] {
+        switch lifecycle {
+        case .idle: break
+        case .running, .stopping: throw .alreadyRunning
+        case .stopped: throw .alreadyStopped
+        }
+        lifecycle = .running(host)
+        var started: [(Member, Dispatch<Effect, Event>)] = []
+        for loop in loops.values {
+            if let first = try? loop.claim(for: host) { started.append((loop, first)) }
+        }
+        return started
+    }
+
+    /// Graceful stop: the host to stop (if running) and the loops to stop. A group that never ran stops
+    /// for good.
+    @inlinable
+    mutating func stop() -> (host: Host?, loops: [Member])? {
+        switch lifecycle {
+        case .idle:
+            lifecycle = .stopped
+            return (nil, all)
+        case .running(let host):
+            lifecycle = .stopping(host)
+            return (host, all)
+        case .stopping, .stopped:
+            return nil
+        }
+    }
+
+    /// Takes the loop for `id` out, so a later event for `id` starts a new one; it finishes as retiring.
+    @inlinable
+    mutating func remove(_ id: ID) -> Member? {
+        guard let loop = loops.removeValue(forKey: id) else { return nil }
+        retiring[ObjectIdentifier(loop)] = loop
+        return loop
+    }
+
+    /// A loop has stopped: a removed one is released and its report kept; one stopped with the whole
+    /// group stays, so its final state is readable.
+    @inlinable
+    mutating func release(_ loop: Member, report: LoopReport) {
+        guard retiring.removeValue(forKey: ObjectIdentifier(loop)) != nil else { return }
+        finished = finished.adding(report)
+    }
+
+    /// `run()` has returned.
+    @inlinable
+    mutating func end() {
+        lifecycle = .stopped
+    }
+}

@@ -1,0 +1,276 @@
+public import EffectHandlers
+public import LoopCore
+internal import Synchronization
+
+/// Many loops of one program, one per entity (session, job, device), hosted under a single `run()`.
+///
+/// A loop is created for an id on the first event sent to it, with the program `program(id)` returns.
+/// Every loop processes its own events one at a time, exactly like a standalone ``Loop``; all their
+/// asynchronous effects run in the group's one task group. An idle loop owns no task, only its state
+/// and a few hundred bytes of bookkeeping, so a process can host 100,000 of them. This is the
+/// recommended way to run per-entity loops.
+///
+/// ```swift
+/// let sessions = LoopGroup<SessionID, Session.State, Session.Event, Session.Effect>(
+///     program: { id in Session.program(id) },
+///     effects: Session.router(services)
+/// )
+/// sessions.send(.connected, to: id)     // creates the session's loop if needed
+/// sessions.remove(id)                   // stops it; released once its effects end
+/// try await sessions.run()              // until stop(gracePeriod:) or task cancellation
+/// ```
+///
+/// Every event the group accepts is processed, or counted as dropped, by the loop it was sent to, even
+/// when the group is stopped while it is still starting its loops. Events turned away for an id that has
+/// no loop are counted in the group's ``report`` and reported to its observer.
+public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
+    @usableFromInline
+    let program: @Sendable (ID) -> Program<State, Event, Effect>
+    @usableFromInline
+    let context: LoopContext<State, Event, Effect>
+    @usableFromInline
+    let members = Locked(GroupMembers<ID, State, Event, Effect>())
+    private let identifiers = Atomic<UInt64>(0)
+
+    /// Creates an empty group.
+    ///
+    /// - Parameters:
+    ///   - program: the program of the loop for an id, called when the id first receives an event (or its
+    ///     first event after ``remove(_:)``). It is called without any lock held, so it may read the group;
+    ///     if two threads create the same id at once, one of the programs is discarded.
+    ///   - router: how the effects of every loop are performed.
+    ///   - inbox: each loop's inbox policy.
+    ///   - observer: receives what every loop does, with the id of the loop it belongs to (`nil` for what
+    ///     the group as a whole does: its stop, and its report).
+    ///   - clock: the clock for effect timeouts and the shutdown grace period.
+    public init(
+        program: @escaping @Sendable (ID) -> Program<State, Event, Effect>,
+        effects router: EffectRouter<Effect, Event>,
+        inbox: InboxPolicy = .unbounded,
+        observer: (any LoopGroupObserver<ID, Event, Effect>)? = nil,
+        clock: any Clock<Duration> = ContinuousClock()
+    ) {
+        self.program = program
+        let sink = observer.map { observer in
+            ActivitySink<Event, Effect> { activity, entity in observer.observe(activity, of: entity as? ID) }
+        }
+        self.context = LoopContext(router: router, sources: [], sink: sink, clock: clock, inbox: inbox)
+    }
+
+    /// Creates an empty group whose every loop reports to `observer`, without the ids.
+    ///
+    /// The same as the initializer taking a ``LoopGroupObserver``, for an observer such as a logger that
+    /// does not need to know which entity did what.
+    public convenience init(
+        program: @escaping @Sendable (ID) -> Program<State, Event, Effect>,
+        effects router: EffectRouter<Effect, Event>,
+        inbox: InboxPolicy = .unbounded,
+        observer: some LoopObserver<Event, Effect>,
+        clock: any Clock<Duration> = ContinuousClock()
+    ) {
+        self.init(
+            program: program,
+            effects: router,
+            inbox: inbox,
+            observer: ClosureLoopGroupObserver<ID, Event, Effect> { activity, _ in observer.observe(activity) },
+            clock: clock
+        )
+    }
+
+    /// Sends `event` to the loop for `id`, creating that loop if there is none.
+    ///
+    /// Thread-safe and never waits, like ``Loop/send(_:)``. Rejected with ``LoopCore/Rejection/stopping``
+    /// or ``LoopCore/Rejection/stopped`` once the group is shutting down, for new and existing ids alike.
+    @inlinable
+    @discardableResult
+    public func send(_ event: Event, to id: ID) -> Delivery {
+        switch members.withLock({ $0.lookup(id) }) {
+        case .found(let loop):
+            return loop.send(event)
+        case .rejected(let rejection):
+            context.observe(.eventRejected(event, reason: rejection), entity: id)
+            return .rejected(rejection)
+        case .absent:
+            return create(id, with: event)
+        }
+    }
+
+    /// Creates the loop for `id`, outside the lock, and inserts it with `event`.
+    @usableFromInline
+    func create(_ id: ID, with event: Event) -> Delivery {
+        let loop = Loop(program: program(id), context: context, entity: id) { [weak self] loop in
+            self?.release(loop)
+        }
+        let insertion = members.withLock { $0.insert(loop, for: id, event: event, router: context.router) }
+        switch insertion {
+        case .found(let existing):
+            return existing.send(event)
+        case .rejected(let rejection):
+            context.observe(.eventRejected(event, reason: rejection), entity: id)
+            return .rejected(rejection)
+        case .inserted(let delivery, let first):
+            if case .rejected(let rejection) = delivery {
+                context.observe(.eventRejected(event, reason: rejection), entity: id)
+            }
+            if let first { loop.begin(first) }
+            return delivery
+        }
+    }
+
+    /// The current state of the loop for `id`, or `nil` if there is none.
+    public func state(of id: ID) -> State? {
+        members.withLock { $0.loops[id] }?.state
+    }
+
+    /// How many loops the group holds (removed loops still finishing their effects not included).
+    public var count: Int {
+        members.withLock { $0.loops.count }
+    }
+
+    /// The ids of the loops the group holds, in no particular order.
+    public var ids: [ID] {
+        members.withLock { Array($0.loops.keys) }
+    }
+
+    /// What every loop of the group has done, those removed included, and the events turned away for ids
+    /// that had no loop.
+    public var report: LoopReport {
+        let (finished, loops) = members.withLock { ($0.finished, $0.all) }
+        return loops.reduce(finished) { $0.adding($1.report) }
+    }
+
+    /// Stops the loop for `id` gracefully and takes it out of the group at once: a later event for `id`
+    /// starts a new loop (the old one's remaining effects report to the old one, which is released once
+    /// they end). Loops stopped by stopping the whole group are not removed, so their final states stay
+    /// readable.
+    public func remove(_ id: ID) {
+        members.withLock { $0.remove(id) }?.beginStopping()
+    }
+
+    /// A loop has stopped: one that was removed is released.
+    @usableFromInline
+    func release(_ loop: Loop<State, Event, Effect>) {
+        let report = loop.report
+        members.withLock { $0.release(loop, report: report) }
+    }
+
+    /// Whether `run()` is under way.
+    public var isRunning: Bool {
+        members.withLock { $0.isRunning }
+    }
+
+    /// Returns once `run()` has started the group: `true` once it runs (at once if it is running or has
+    /// run), `false` if it was stopped before it ever ran or the waiting task was cancelled.
+    public func waitUntilRunning() async -> Bool {
+        let id = identifiers.add(1, ordering: .relaxed).newValue
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let known = members.withLock { members -> Bool? in
+                    if Task.isCancelled { return false }
+                    switch members.lifecycle {
+                    case .idle:
+                        members.startWaiters.append((id, continuation))
+                        return nil
+                    case .running, .stopping: return true
+                    case .stopped: return members.finished.ending != .neverStarted
+                    }
+                }
+                if let known { continuation.resume(returning: known) }
+            }
+        } onCancel: {
+            let waiter = members.withLock { members -> CheckedContinuation<Bool, Never>? in
+                guard let index = members.startWaiters.firstIndex(where: { $0.id == id }) else { return nil }
+                return members.startWaiters.remove(at: index).waiter
+            }
+            waiter?.resume(returning: false)
+        }
+    }
+
+    /// Runs every loop of the group until the group stops; returns what they did.
+    ///
+    /// Loops created before `run()` start now; loops created while it runs start at once. Returns after
+    /// ``stop(gracePeriod:)`` has shut every loop down (at the end of the grace period at the latest), or at
+    /// once when the task is cancelled.
+    ///
+    /// - Throws: ``LoopError/alreadyRunning`` or ``LoopError/alreadyStopped``: a group runs once.
+    @discardableResult
+    public func run() async throws -> LoopReport {
+        let host = Host(clock: context.clock)
+        let (started, waiters) = try members.withLock { members in
+            let started = try members.start(host)
+            defer { members.startWaiters = [] }
+            return (started, members.startWaiters.map(\.waiter))
+        }
+        host.launch(
+            sources: nil,
+            shutdown: Host.Shutdown(
+                stopping: {},
+                deadline: { for loop in self.members.withLock({ $0.all }) { loop.expire(.deadlineExceeded) } },
+                cancelled: { for loop in self.members.withLock({ $0.all }) { loop.expire(.cancelled) } }
+            )
+        )
+        for waiter in waiters { waiter.resume(returning: true) }
+        for (loop, first) in started { loop.begin(first) }
+        await withTaskCancellationHandler {
+            await host.ended()
+        } onCancel: {
+            host.cancel()
+        }
+        let loops = members.withLock { members in
+            members.end()
+            return members.all
+        }
+        for loop in loops { loop.expire(.cancelled) }
+        let endings = Set(loops.compactMap { $0.report.ending })
+        var report = self.report
+        report.ending =
+            endings.contains(.cancelled)
+            ? .cancelled : endings.contains(.deadlineExceeded) ? .deadlineExceeded : .drained
+        members.withLock { $0.finished.ending = report.ending }
+        context.observe(.stopped(report), entity: nil)
+        return report
+    }
+
+    /// Shuts every loop down gracefully, as ``Loop/stop(gracePeriod:)`` does for one: no new events,
+    /// queued ones processed, effects given until `gracePeriod` to finish; then what is left is dropped,
+    /// cancelled or abandoned, and `run()` returns. Called before `run()`, it stops the group for good:
+    /// its loops never run, and the events sent to them are dropped and counted.
+    public func stop(gracePeriod: Duration = .seconds(30)) {
+        guard let (host, loops) = members.withLock({ $0.stop() }) else { return }
+        if host != nil { context.observe(.stopping, entity: nil) }
+        for loop in loops { loop.beginStopping() }
+        if let host {
+            host.requestStop(gracePeriod: gracePeriod)
+        } else {
+            let waiters = members.withLock { members in
+                members.finished.ending = .neverStarted
+                defer { members.startWaiters = [] }
+                return members.startWaiters.map(\.waiter)
+            }
+            for waiter in waiters { waiter.resume(returning: false) }
+        }
+    }
+}
+
+extension LoopReport {
+    /// The counts of this report and `other` added together (the ending is kept from this one).
+    @usableFromInline
+    func adding(_ other: LoopReport) -> LoopReport {
+        var sum = self
+        sum.eventsSent += other.eventsSent
+        sum.eventsProcessed += other.eventsProcessed
+        sum.eventsRejected += other.eventsRejected
+        sum.eventsDropped += other.eventsDropped
+        sum.effectsStarted += other.effectsStarted
+        sum.effectsCompleted += other.effectsCompleted
+        sum.effectsFailed += other.effectsFailed
+        sum.effectsCancelled += other.effectsCancelled
+        sum.effectsTimedOut += other.effectsTimedOut
+        sum.effectsDropped += other.effectsDropped
+        sum.effectsAbandoned += other.effectsAbandoned
+        sum.timedOutStillRunning += other.timedOutStillRunning
+        sum.effectsCancelledAfterStart += other.effectsCancelledAfterStart
+        sum.sendersWaiting += other.sendersWaiting
+        return sum
+    }
+}

@@ -1,0 +1,212 @@
+public import EffectHandlers
+public import LoopCore
+
+extension Loop {
+    /// Hands an admitted effect to the host's task group. An uncontrolled effect counts as started here,
+    /// in the order its event listed it (nothing but the loop's stop can cancel it before its task runs);
+    /// a controlled one when its task begins, since its key can cancel it before.
+    @inlinable
+    func spawn(_ admitted: Admitted<Effect, Event>, on host: Host?) {
+        if !admitted.isControlled { observe(.effectStarted(admitted.effect, lifecycle: admitted.lifecycle)) }
+        let job = Host.Job(
+            run: { await self.perform(admitted) },
+            abandon: { self.ended(admitted.id, .cancelled) }
+        )
+        guard let host else { return job.abandon() }
+        host.spawn(job)
+    }
+
+    /// Runs one asynchronous effect in its task, then accounts for it.
+    @inlinable
+    func perform(_ admitted: Admitted<Effect, Event>) async {
+        guard admitted.isControlled else {
+            // Only a stop can cancel an uncontrolled effect, and a stopped loop ignores its end.
+            guard !Task.isCancelled else { return ended(admitted.id, .cancelled) }
+            let send = effectSend
+            let outcome = await Self.outcome { try await admitted.perform(admitted.effect, send) }
+            return ended(admitted.id, outcome)
+        }
+        await performControlled(admitted)
+    }
+
+    /// Runs an effect that may be cancelled on its own or time out. Its handler runs in a task of its own,
+    /// so the loop can cancel it, and stop waiting for it at its timeout, whether or not it cooperates.
+    @inlinable
+    func performControlled(_ admitted: Admitted<Effect, Event>) async {
+        let id = admitted.id
+        let run = EffectRun()
+        guard storage.withLock({ $0.begin(id, cancel: CancelHandle(id: id) { run.cancel() }) }) else {
+            return ended(id, .cancelled)
+        }
+        observe(.effectStarted(admitted.effect, lifecycle: admitted.lifecycle))
+        let timeout = admitted.lifecycle.timeout
+        // A timed effect's events are taken only while it has not timed out.
+        let send = timeout == nil ? effectSend : Send { event in self.receive(event, fromEffect: id) }
+        let storage = self.storage
+        run.attach(
+            Task {
+                let outcome = await Self.outcome { try await admitted.perform(admitted.effect, send) }
+                if !run.handlerReturned(outcome) {
+                    // It had timed out: its handler has now returned, so it no longer runs unaccounted.
+                    storage.withLock { _ = $0.effects.stragglers.remove(id) }
+                }
+            }
+        )
+        var timer: Task<Void, Never>?
+        if let timeout {
+            let clock = context.clock
+            timer = Task {
+                do { try await clock.sleep(for: timeout) } catch { return }
+                run.resolve(.timedOut(timeout))
+            }
+        }
+        let outcome = await withTaskCancellationHandler {
+            await run.outcome()
+        } onCancel: {
+            run.cancel()
+        }
+        if let timer {
+            timer.cancel()
+            await timer.value
+        }
+        if case .timedOut(let timeout) = outcome {
+            timedOut(id, after: timeout, run)
+        } else {
+            ended(id, outcome)
+        }
+    }
+
+    @inlinable
+    func receive(_ event: Event, fromEffect id: UInt64) -> Delivery {
+        conclude(storage.withLock { $0.receive(event, fromEffect: id, router: context.router) }, event)
+    }
+
+    @inlinable
+    static func outcome(_ body: () async throws -> Void) async -> EffectOutcome {
+        do {
+            try await body()
+            return .completed
+        } catch {
+            return error is CancellationError && Task.isCancelled ? .cancelled : .failed(error)
+        }
+    }
+
+    /// Effect `id`'s handler returned with `result`.
+    @inlinable
+    func ended(_ id: UInt64, _ result: EffectOutcome) {
+        guard let end = storage.withLock({ $0.end(id, result, router: context.router) }) else { return }
+        conclude(end)
+    }
+
+    /// Effect `id` ran past `timeout`: it is reported timed out now; its handler is cancelled.
+    @inlinable
+    func timedOut(_ id: UInt64, after timeout: Duration, _ run: EffectRun) {
+        let timing = storage.withLock { engine in
+            engine.timeOut(id, after: timeout, handlerRunning: run.isHandlerRunning, router: context.router)
+        }
+        guard let (end, cancel) = timing else { return }
+        cancel?.cancel()
+        conclude(end)
+    }
+
+    /// Reports an effect's end, delivers the event its error maps to, starts the effect queued behind it,
+    /// and finishes the loop's shutdown if that was the last thing it waited for.
+    @inlinable
+    func conclude(_ end: LoopEngine<State, Event, Effect>.EffectEnd) {
+        switch end.outcome {
+        case .completed:
+            observe(.effectCompleted(end.effect))
+        case .failed(let error):
+            observe(.effectFailed(end.effect, error: error, mappedTo: end.mapped))
+        case .cancelled:
+            observe(.effectCancelled(end.effect))
+        case .timedOut(let timeout):
+            observe(.effectTimedOut(end.effect, timeout: timeout, mappedTo: end.mapped))
+        }
+        if let mapped = end.mapped {
+            let (reception, finish) = storage.withLock { $0.receiveMapped(mapped, context.router) }
+            _ = conclude(reception, mapped)
+            if let finish { complete(finish) }
+        }
+        if let next = end.next { dispatch(next, send: effectSend) }
+        if let finish = end.finish { complete(finish) }
+    }
+}
+
+/// One controlled effect's run: the task its handler runs in, and its outcome, which the handler's
+/// return or the timeout decides, whichever comes first.
+@usableFromInline
+final class EffectRun: Sendable {
+    private struct Run {
+        var task: Task<Void, Never>?
+        var cancelled = false
+        var returned = false
+        var outcome: EffectOutcome?
+        var waiter: CheckedContinuation<EffectOutcome, Never>?
+    }
+
+    private let run = Locked(Run())
+
+    @usableFromInline
+    init() {}
+
+    /// Cancels the handler's task, now or as soon as it is attached.
+    @usableFromInline
+    func cancel() {
+        let task = run.withLock { run -> Task<Void, Never>? in
+            run.cancelled = true
+            return run.task
+        }
+        task?.cancel()
+    }
+
+    /// The handler's task.
+    @usableFromInline
+    func attach(_ task: Task<Void, Never>) {
+        let cancelled = run.withLock { run in
+            run.task = task
+            return run.cancelled
+        }
+        if cancelled { task.cancel() }
+    }
+
+    /// Decides the outcome; `false` if it had already been decided.
+    @usableFromInline
+    @discardableResult
+    func resolve(_ outcome: EffectOutcome) -> Bool {
+        let (decided, waiter) = run.withLock { run -> (Bool, CheckedContinuation<EffectOutcome, Never>?) in
+            guard run.outcome == nil else { return (false, nil) }
+            run.outcome = outcome
+            defer { run.waiter = nil }
+            return (true, run.waiter)
+        }
+        waiter?.resume(returning: outcome)
+        return decided
+    }
+
+    /// The handler returned with `outcome`; `false` if the outcome had already been decided (timed out).
+    @usableFromInline
+    func handlerReturned(_ outcome: EffectOutcome) -> Bool {
+        run.withLock { $0.returned = true }
+        return resolve(outcome)
+    }
+
+    /// Whether the handler has not returned yet.
+    @usableFromInline
+    var isHandlerRunning: Bool {
+        run.withLock { !$0.returned }
+    }
+
+    /// The outcome, once decided.
+    @usableFromInline
+    func outcome() async -> EffectOutcome {
+        await withCheckedContinuation { (continuation: CheckedContinuation<EffectOutcome, Never>) in
+            let decided = run.withLock { run -> EffectOutcome? in
+                if let outcome = run.outcome { return outcome }
+                run.waiter = continuation
+                return nil
+            }
+            if let decided { continuation.resume(returning: decided) }
+        }
+    }
+}

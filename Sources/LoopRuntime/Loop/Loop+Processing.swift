@@ -1,0 +1,132 @@
+public import EffectHandlers
+public import LoopCore
+
+extension Loop {
+    /// For the drain baton's holder: performs `first`, then every step the engine hands out, until the
+    /// drain ends.
+    @inlinable
+    func drain(from first: Step<State, Event, Effect>?) {
+        var send: Send<Event>?
+        var step = first
+        while true {
+            if let current = step {
+                if let duration = current.duration {
+                    observe(
+                        .eventProcessed(
+                            current.event,
+                            origin: current.origin,
+                            duration: duration,
+                            inboxDepth: current.inboxDepth
+                        )
+                    )
+                }
+                current.wakeups?.resume()
+                if !current.dispatch.isEmpty {
+                    let sender = send ?? effectSend
+                    send = sender
+                    dispatch(current.dispatch, send: sender)
+                }
+            }
+            switch storage.withLock({ $0.nextStep(context.router) }) {
+            case .step(let following):
+                step = following
+            case .again:
+                step = nil
+            case .idle:
+                return
+            case .idleWaking(let waiters):
+                for waiter in waiters { waiter.resume() }
+                return
+            case .finished(let finish):
+                complete(finish)
+                return
+            }
+        }
+    }
+
+    /// Starts the effects of one event in order: each follows the engine's decision for it, or, with
+    /// none, runs inline (synchronous) or is reported failed (unrouted).
+    @inlinable
+    func dispatch(_ dispatch: Dispatch<Effect, Event>, send: Send<Event>) {
+        var decisions = dispatch.decisions.makeIterator()
+        var decision = decisions.next()
+        for (index, effect) in dispatch.effects.enumerated() {
+            if let current = decision, current.index == index {
+                decision = decisions.next()
+                apply(current.admission, to: effect, on: dispatch.host)
+                continue
+            }
+            switch context.router.performer(for: effect) {
+            case .sync(let perform):
+                performSync(effect, perform, send: send)
+            case .async:
+                // The engine decides every asynchronous effect, so this is never reached; were it, the
+                // effect would be reported rather than lost.
+                countSync(completed: false)
+                reportFailure(of: effect, EffectError.unrouted, send: send)
+            case nil:
+                countSync(completed: false)
+                reportFailure(of: effect, EffectError.unrouted, send: send)
+            }
+        }
+    }
+
+    @inlinable
+    func apply(_ admission: Admission<Effect, Event>, to effect: Effect, on host: Host?) {
+        switch admission {
+        case .start(let admitted, let cancelling, let cancelled):
+            for handle in cancelling { handle.cancel() }
+            for queued in cancelled { observe(.effectCancelled(queued)) }
+            spawn(admitted, on: host)
+        case .queued:
+            break
+        case .dropped:
+            observe(.effectDropped(effect))
+        case .cancel(let cancelling, let cancelled):
+            for handle in cancelling { handle.cancel() }
+            for queued in cancelled { observe(.effectCancelled(queued)) }
+        }
+    }
+
+    @inlinable
+    func performSync(
+        _ effect: Effect,
+        _ perform: @Sendable (Effect, Send<Event>) throws -> Void,
+        send: Send<Event>
+    ) {
+        if context.sink != nil { observe(.effectStarted(effect, lifecycle: context.router.lifecycle(of: effect))) }
+        do {
+            try perform(effect, send)
+            countSync(completed: true)
+            observe(.effectCompleted(effect))
+        } catch {
+            countSync(completed: false)
+            reportFailure(of: effect, error, send: send)
+        }
+    }
+
+    /// Reports a failed synchronous effect and sends the event the program maps its error to, if any.
+    @inlinable
+    func reportFailure(of effect: Effect, _ error: any Error, send: Send<Event>) {
+        let mapped = context.router.event(for: error, of: effect)
+        observe(.effectFailed(effect, error: error, mappedTo: mapped))
+        if let mapped { send(mapped) }
+    }
+
+    /// Releases everyone waiting on a loop that has stopped, reports what the stop did, and leaves the
+    /// host.
+    @usableFromInline
+    func complete(_ finish: Finish<State, Event, Effect>) {
+        for subscriber in finish.subscribers { subscriber.resume(returning: nil) }
+        for sender in finish.senders { sender.resume(returning: .rejected(finish.rejection)) }
+        for waiter in finish.startWaiters { waiter.resume(returning: false) }
+        for waiter in finish.idleWaiters { waiter.resume() }
+        for handle in finish.cancelling { handle.cancel() }
+        for event in finish.dropped { observe(.eventDropped(event)) }
+        for effect in finish.cancelled { observe(.effectCancelled(effect)) }
+        for effect in finish.abandoned { observe(.effectAbandoned(effect)) }
+        if context.sink != nil { observe(.stopped(report)) }
+        onStopped?(self)
+        finish.host?.leave()
+    }
+}

@@ -1,0 +1,262 @@
+public import EffectHandlers
+public import EventSources
+public import LoopCore
+internal import Synchronization
+
+/// Runs a program: processes its events one at a time, performs its effects through the router's
+/// handlers, and feeds its event sources in.
+///
+/// ```swift
+/// let loop = Loop(
+///     program: Program(first: First(state: State()), update: Update(Worker.update)),
+///     effects: EffectRouter<Effect, Event>().route({ $0 }, to: WorkerHandler(services: services)),
+///     sources: [SignalSource([.terminate]) { _ in .shutdown }]
+/// )
+/// loop.send(.submitted(job))           // from any thread; never waits
+/// try await loop.run()                 // until stop(gracePeriod:) or task cancellation
+/// ```
+///
+/// - **Ordering.** Events are processed strictly one at a time, in the order they were taken. An event
+///   sent while another is being processed (by an observer, a handler or a source) is queued behind
+///   it, never processed re-entrantly. The update runs on the thread that found the loop idle.
+/// - **Sending.** ``send(_:)`` is synchronous, thread-safe, and never waits for effects; it returns
+///   whether the event was taken. Nothing a caller does can crash the loop. Every event the loop
+///   accepts is processed, or counted as dropped and reported; never silently lost.
+/// - **Effects.** Those of one event are let in, in the order listed, in the same hold of the lock as
+///   the update; synchronous handlers then run inline, asynchronous ones in tasks the loop tracks,
+///   scheduled by each effect's ``EffectHandlers/EffectLifecycle``.
+/// - **Lifecycle.** ``run()`` runs the loop once. ``stop(gracePeriod:)`` shuts it down gracefully;
+///   cancelling the task running ``run()`` stops it at once. Either way `run()` returns by the deadline,
+///   even if a handler ignores cancellation (that effect is reported abandoned).
+public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
+    @usableFromInline
+    let storage: Locked<LoopEngine<State, Event, Effect>>
+    @usableFromInline
+    let firstEffects: [Effect]
+    @usableFromInline
+    let context: LoopContext<State, Event, Effect>
+    /// The id of this loop in its group, for the group's observer; `nil` for a standalone loop.
+    @usableFromInline
+    let entity: (any Sendable)?
+    /// Called once when this loop, hosted by a group, has stopped.
+    @usableFromInline
+    let onStopped: (@Sendable (Loop) -> Void)?
+    let identifiers = Atomic<UInt64>(0)
+    private let syncCompleted = Atomic<Int>(0)
+    private let syncFailed = Atomic<Int>(0)
+
+    /// Counts how a synchronous effect (or an unrouted one) ended; such an effect counts as started once
+    /// it has ended, so one atomic operation records both.
+    @usableFromInline
+    func countSync(completed: Bool) {
+        if completed {
+            syncCompleted.add(1, ordering: .relaxed)
+        } else {
+            syncFailed.add(1, ordering: .relaxed)
+        }
+    }
+
+    /// Creates a loop for `program`.
+    ///
+    /// - Parameters:
+    ///   - program: the start and the update.
+    ///   - router: how each effect is performed.
+    ///   - sources: event sources, run while the loop runs.
+    ///   - inbox: how many events may wait, and what happens beyond (unbounded by default).
+    ///   - observer: receives everything the loop does; ``LoopLogger`` prints it, and
+    ///     ``MulticastLoopObserver`` passes it to several.
+    ///   - clock: the clock effect timeouts and the shutdown grace period are measured on.
+    public convenience init(
+        program: Program<State, Event, Effect>,
+        effects router: EffectRouter<Effect, Event>,
+        sources: [any EventSource<Event>] = [],
+        inbox: InboxPolicy = .unbounded,
+        observer: (any LoopObserver<Event, Effect>)? = nil,
+        clock: any Clock<Duration> = ContinuousClock()
+    ) {
+        let sink = observer.map { observer in ActivitySink<Event, Effect> { activity, _ in observer.observe(activity) }
+        }
+        self.init(
+            program: program,
+            context: LoopContext(router: router, sources: sources, sink: sink, clock: clock, inbox: inbox),
+            entity: nil,
+            onStopped: nil
+        )
+    }
+
+    @inlinable
+    init(
+        program: Program<State, Event, Effect>,
+        context: LoopContext<State, Event, Effect>,
+        entity: (any Sendable)?,
+        onStopped: (@Sendable (Loop) -> Void)?
+    ) {
+        let first = program.first
+        self.storage = Locked(
+            LoopEngine(
+                machine: Machine(state: first.state, update: program.update),
+                policy: context.inbox,
+                timed: context.sink != nil
+            )
+        )
+        self.firstEffects = first.effects
+        self.context = context
+        self.entity = entity
+        self.onStopped = onStopped
+    }
+
+    @inlinable
+    func observe(_ activity: @autoclosure () -> LoopActivity<Event, Effect>) {
+        context.observe(activity(), entity: entity)
+    }
+
+    // MARK: Sending
+
+    /// Sends `event` to the loop from outside; returns whether it was taken.
+    ///
+    /// Never waits. While the loop runs, an event that finds nobody processing is processed on this
+    /// thread before `send` returns; otherwise it is queued behind the one being processed. Before
+    /// ``run()`` the event is queued and processed once the loop runs (or counted as dropped if the loop
+    /// is stopped without ever running). Rejected, with the reason, once the loop is stopping or stopped,
+    /// or when a bounded inbox is full and its policy rejects.
+    @inlinable
+    @discardableResult
+    public func send(_ event: Event) -> Delivery {
+        receive(event, from: .outside)
+    }
+
+    /// Sends `event`, waiting for room while a bounded inbox with the ``InboxPolicy/Overflow/suspendSender``
+    /// policy is full. With any other policy, the same as ``send(_:)``.
+    ///
+    /// If the waiting task is cancelled, or the loop stops while it waits, the event is rejected.
+    @discardableResult
+    public func sendWaitingForRoom(_ event: Event) async -> Delivery {
+        let id = identifiers.add(1, ordering: .relaxed).newValue
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Delivery, Never>) in
+                let reception = storage.withLock { engine -> LoopEngine<State, Event, Effect>.Reception? in
+                    guard !Task.isCancelled, engine.mustWait() else {
+                        return engine.receive(event, from: .outside, router: context.router)
+                    }
+                    engine.park((id, event, continuation))
+                    return nil
+                }
+                if let reception { continuation.resume(returning: conclude(reception, event)) }
+            }
+        } onCancel: {
+            if let waiter = storage.withLock({ $0.removeWaitingSender(id) }) {
+                observe(.eventRejected(event, reason: .inboxFull))
+                waiter.resume(returning: .rejected(.inboxFull))
+            }
+        }
+    }
+
+    @inlinable
+    func receive(_ event: Event, from origin: EventOrigin) -> Delivery {
+        conclude(storage.withLock { $0.receive(event, from: origin, router: context.router) }, event)
+    }
+
+    /// Performs what taking `event` requires outside the lock; the delivery to return.
+    @inlinable
+    func conclude(_ reception: LoopEngine<State, Event, Effect>.Reception, _ event: Event) -> Delivery {
+        switch reception {
+        case .queued, .processed:
+            return .accepted
+        case .step(let step):
+            drain(from: step)
+            return .accepted
+        case .droppedOldest(let oldest):
+            observe(.eventDropped(oldest))
+            return .accepted
+        case .rejected(let rejection):
+            observe(.eventRejected(event, reason: rejection))
+            return .rejected(rejection)
+        }
+    }
+
+    /// What handlers send through: accepted while the loop is stopping, so effects still in flight can
+    /// report their results. It holds the loop strongly: the loop never stores it (no cycle).
+    @inlinable
+    var effectSend: Send<Event> {
+        Send { event in self.receive(event, from: .effect) }
+    }
+
+    /// What sources send through: like ``send(_:)``, reported with the ``EventOrigin/source`` origin.
+    @inlinable
+    var sourceSend: Send<Event> {
+        Send { event in self.receive(event, from: .source) }
+    }
+
+    // MARK: Observing
+
+    /// The state after the last processed event.
+    public var state: State {
+        storage.withLock { $0.machine.state }
+    }
+
+    /// Whether `run()` is under way: from its start until the loop has stopped.
+    public var isRunning: Bool {
+        storage.withLock { $0.isRunning }
+    }
+
+    /// Returns once `run()` has started the loop: `true` once it runs (at once if it is running or has
+    /// run), `false` if the loop was stopped before it ever ran or the waiting task was cancelled.
+    public func waitUntilRunning() async -> Bool {
+        let id = identifiers.add(1, ordering: .relaxed).newValue
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let known = storage.withLock { engine -> Bool? in
+                    if Task.isCancelled { return false }
+                    return engine.waitForStart(id, continuation)
+                }
+                if let known { continuation.resume(returning: known) }
+            }
+        } onCancel: {
+            storage.withLock { $0.removeStartWaiter(id) }?.resume(returning: false)
+        }
+    }
+
+    /// Whether no event is being processed or waiting: everything sent so far, and every effect started
+    /// inline because of it, has been dealt with. For test harnesses.
+    package var isIdle: Bool {
+        storage.withLock { !$0.isDraining && $0.inbox.isEmpty }
+    }
+
+    /// Returns once no event is being processed or waiting (at once if that is so now). For test
+    /// harnesses, which wait for the loop to settle.
+    package func whenIdle() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            if !storage.withLock({ $0.waitForIdle(continuation) }) { continuation.resume() }
+        }
+    }
+
+    /// How many asynchronous effects are let in, not asked to cancel, and not ended: those a recording
+    /// handler has, or soon will have. For test harnesses.
+    package var liveEffects: Int {
+        storage.withLock { $0.effects.running.values.count { !$0.cancelRequested } }
+    }
+
+    /// What the loop has done so far; once stopped, how it stopped.
+    public var report: LoopReport {
+        var report = storage.withLock { engine in
+            var report = engine.report
+            report.sendersWaiting = engine.waitingSenders.count
+            return report
+        }
+        let (completed, failed) = (syncCompleted.load(ordering: .relaxed), syncFailed.load(ordering: .relaxed))
+        report.effectsStarted += completed + failed
+        report.effectsCompleted += completed
+        report.effectsFailed += failed
+        return report
+    }
+
+    /// The loop's states as they change, for consumers such as a status endpoint.
+    ///
+    /// Each iteration first yields the current state, then the latest state whenever it has changed
+    /// since the consumer last looked: a slow consumer skips intermediate states instead of
+    /// buffering them, so memory stays at one state per consumer whatever the event rate. The sequence
+    /// ends when the loop stops.
+    public var states: LoopStates<State> {
+        LoopStates(feed: self)
+    }
+}
