@@ -39,6 +39,10 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
 
     @usableFromInline
     var routes: [Route] = []
+    /// Whether some route performs effects asynchronously. A loop whose router has none needs no decision
+    /// about any effect's lifecycle (only asynchronous effects have one), so it skips that work.
+    @usableFromInline
+    package private(set) var hasAsyncRoutes = false
     @usableFromInline
     var errorMapping: (@Sendable (Effect, any Error) -> Event?)?
     @usableFromInline
@@ -63,6 +67,7 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         to handler: some EffectHandler<Payload, Event>
     ) -> EffectRouter {
         var copy = self
+        copy.hasAsyncRoutes = true
         copy.routes.append(
             Route(
                 accepts: { extract($0) != nil },
@@ -107,8 +112,9 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     /// The performer the first matching route chooses for `effect`, or `nil` when no route accepts it.
     @inlinable
     public func performer(for effect: Effect) -> Performer? {
-        for route in routes where route.accepts(effect) {
-            return route.performer
+        // By index, so each route is read in place rather than copied (two closure retains per route).
+        for index in routes.indices where routes[index].accepts(effect) {
+            return routes[index].performer
         }
         return nil
     }

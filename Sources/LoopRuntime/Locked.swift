@@ -1,3 +1,12 @@
+#if EFFECTLOOP_COUNT_LOCKS
+public import Synchronization
+
+/// How many times any ``Locked`` was acquired, in a build with `-DEFFECTLOOP_COUNT_LOCKS` only (the
+/// benchmark's `make bench-locks` uses it to count acquisitions per round trip).
+@usableFromInline
+package let lockAcquisitions = Atomic<Int>(0)
+#endif
+
 #if canImport(Glibc)
 internal import Glibc
 #elseif canImport(Musl)
@@ -37,7 +46,10 @@ package struct Locked<Value>: @unchecked Sendable {
     /// Runs `body` with exclusive access to the value. `body` must not call back into this lock.
     @inlinable
     package func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
-        try buffer.withUnsafeMutablePointers { value, mutex in
+        #if EFFECTLOOP_COUNT_LOCKS
+        lockAcquisitions.add(1, ordering: .relaxed)
+        #endif
+        return try buffer.withUnsafeMutablePointers { value, mutex in
             LockedBuffer<Value>.lock(mutex)
             defer { LockedBuffer<Value>.unlock(mutex) }
             return try body(&value.pointee)

@@ -1,9 +1,25 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+#if EFFECTLOOP_COUNT_LOCKS
+import LoopRuntime
+import Synchronization
+#endif
 
 /// Timing, medians and process memory for the benchmark.
 enum Measure {
+    #if EFFECTLOOP_COUNT_LOCKS
+    /// Whether this build counts lock acquisitions (`make bench-locks`).
+    static let countsLocks = true
+    /// Lock acquisitions so far, across every lock of the runtime.
+    static var lockAcquisitions: Int { LoopRuntime.lockAcquisitions.load(ordering: .relaxed) }
+    #else
+    /// Whether this build counts lock acquisitions (`make bench-locks`).
+    static let countsLocks = false
+    /// Lock acquisitions so far: not counted in this build.
+    static var lockAcquisitions: Int { 0 }
+    #endif
+
     /// Seconds `body` takes.
     static func seconds(_ body: () async throws -> Void) async rethrows -> Double {
         let start = ContinuousClock.now

@@ -146,6 +146,7 @@ enum Workloads {
         let count = sizes.w2RoundTrips
         var rates: [Double] = []
         var raws: [Double] = []
+        var locks: [Double] = []
         var ok = true
         for _ in 0..<sizes.runs {
             let (done, finished) = AsyncStream<Void>.makeStream()
@@ -161,6 +162,7 @@ enum Workloads {
                 program: Program(first: First(state: PingState(target: count)), update: pinging),
                 effects: router
             )
+            let locksBefore = Measure.lockAcquisitions
             let seconds = try await whileRunning(loop) {
                 await Measure.seconds {
                     // Sent from a thread of its own, as a service's network threads would.
@@ -170,10 +172,11 @@ enum Workloads {
                 }
             }
             ok = ok && loop.state.acks == count
+            locks.append(Double(Measure.lockAcquisitions - locksBefore) / Double(count))
             rates.append(Double(count) / seconds)
             raws.append(await rawRoundTrips(count, synchronous: synchronous))
         }
-        return Outcome(
+        var outcome = Outcome(
             workload: synchronous ? "w2s" : "w2",
             title: "\(count) round trips, \(synchronous ? "synchronous" : "async") handler",
             perSecond: Measure.median(rates),
@@ -181,6 +184,8 @@ enum Workloads {
             runs: sizes.runs,
             ok: ok
         )
+        if Measure.countsLocks { outcome.extra.append(("locks_per_round_trip", Measure.median(locks))) }
+        return outcome
     }
 
     /// The same round trips with the update and the handler called directly.

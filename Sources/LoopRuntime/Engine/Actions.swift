@@ -106,6 +106,23 @@ struct Decision<Effect: Sendable, Event: Sendable> {
 
 extension Decision: Equatable where Effect: Equatable {}
 
+/// The decisions the engine took for the effects of one event, and the host that runs those it starts.
+/// A reference, allocated only for an event with an asynchronous effect or a cancel, so a step of
+/// synchronous effects stays small.
+@usableFromInline
+final class Decisions<Effect: Sendable, Event: Sendable> {
+    @usableFromInline
+    var list: [Decision<Effect, Event>]
+    @usableFromInline
+    let host: Host?
+
+    @inlinable
+    init(_ list: [Decision<Effect, Event>], host: Host?) {
+        self.list = list
+        self.host = host
+    }
+}
+
 /// The effects of one event (or of the program's start), with the decisions the engine took for them
 /// in the same hold of the lock as the update. The driver goes through `effects` in order: an effect
 /// with a decision follows it; any other is synchronous (run inline) or unrouted (reported failed).
@@ -114,20 +131,30 @@ struct Dispatch<Effect: Sendable, Event: Sendable> {
     @usableFromInline
     var effects: [Effect]
     @usableFromInline
-    var decisions: [Decision<Effect, Event>]
-    /// The host spawned effects run on; set when a decision starts one.
-    @usableFromInline
-    var host: Host?
+    var decided: Decisions<Effect, Event>?
 
     @inlinable
-    init(effects: [Effect] = [], decisions: [Decision<Effect, Event>] = [], host: Host? = nil) {
+    init(effects: [Effect] = [], decided: Decisions<Effect, Event>? = nil) {
         self.effects = effects
-        self.decisions = decisions
-        self.host = host
+        self.decided = decided
+    }
+
+    @inlinable
+    init(effects: [Effect], decisions: [Decision<Effect, Event>], host: Host?) {
+        self.effects = effects
+        self.decided = decisions.isEmpty ? nil : Decisions(decisions, host: host)
     }
 
     @inlinable
     var isEmpty: Bool { effects.isEmpty }
+
+    /// The decisions, in effect order.
+    @inlinable
+    var decisions: [Decision<Effect, Event>] { decided?.list ?? [] }
+
+    /// The host that runs the effects it starts.
+    @inlinable
+    var host: Host? { decided?.host }
 }
 
 extension Dispatch: Equatable where Effect: Equatable {

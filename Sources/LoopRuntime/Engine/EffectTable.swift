@@ -63,16 +63,26 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     var queuedByKey: [EffectKey: Inbox<Admitted<Effect, Event>>] = [:]
     @usableFromInline
     var queuedCount = 0
+    /// Running effects kept as a count only: uncontrolled ones (no key, no timeout), when nobody observes
+    /// the loop. Measured: one dictionary entry per effect cost 40% of an async round trip (w2), and only
+    /// an observer needs each abandoned effect by name; the report's counts stay exact either way.
+    @usableFromInline
+    var uncounted = 0
+    /// Whether every running effect gets an entry in ``running`` (the loop has an observer).
+    @usableFromInline
+    let tracksAll: Bool
     /// Effects reported timed out whose handlers have not returned yet.
     @usableFromInline
     var stragglers: Set<UInt64> = []
 
     @inlinable
-    init() {}
+    init(tracksAll: Bool) {
+        self.tracksAll = tracksAll
+    }
 
     /// Whether no effect is running or waiting.
     @inlinable
-    var isEmpty: Bool { running.isEmpty && queuedCount == 0 }
+    var isEmpty: Bool { running.isEmpty && queuedCount == 0 && uncounted == 0 }
 
     /// Whether `id` is running and has not been resolved (timed out, abandoned).
     @inlinable
@@ -120,8 +130,12 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     @inlinable
     mutating func enroll(_ admitted: Admitted<Effect, Event>, report: inout LoopReport) {
         let controlled = admitted.isControlled
-        running[admitted.id] = Running(effect: admitted.effect, key: admitted.lifecycle.key, begun: !controlled)
         if !controlled { report.effectsStarted += 1 }
+        guard controlled || tracksAll else {
+            uncounted += 1
+            return
+        }
+        running[admitted.id] = Running(effect: admitted.effect, key: admitted.lifecycle.key, begun: !controlled)
         if let key = admitted.lifecycle.key {
             activeByKey[key, default: 0] += 1
             cancellableByKey[key, default: []].insert(admitted.id)
@@ -143,7 +157,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         let queued = waiting.removeAll()
         queuedCount -= queued.count
         report.effectsCancelled += queued.count
-        return (handles, queued.map(\.effect))
+        return (handles, queued.map { $0.effect })
     }
 
     /// A controlled effect's task begins: records its cancel handle. `false` when it must not run (it was
@@ -161,22 +175,38 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     /// Records how `id` ended; `nil` when it had already been resolved (timed out, or abandoned at the
     /// stop), in which case its result is ignored.
     @inlinable
-    mutating func end(_ id: UInt64, _ result: EffectOutcome, report: inout LoopReport) -> Ended? {
-        guard let entry = running.removeValue(forKey: id) else { return nil }
+    mutating func end(_ admitted: Admitted<Effect, Event>, _ result: EffectOutcome, report: inout LoopReport) -> Ended?
+    {
+        if !admitted.isControlled && !tracksAll {
+            uncounted -= 1
+            Self.count(result, report: &report)
+            return Ended(effect: admitted.effect, outcome: result, next: nil)
+        }
+        guard let entry = running.removeValue(forKey: admitted.id) else { return nil }
         let outcome = entry.cancelRequested ? .cancelled : result
         if entry.begun {
-            switch outcome {
-            case .completed: report.effectsCompleted += 1
-            case .failed: report.effectsFailed += 1
-            case .timedOut: report.effectsTimedOut += 1
-            case .cancelled:
-                report.effectsCancelled += 1
-                report.effectsCancelledAfterStart += 1
-            }
+            Self.count(outcome, report: &report)
         } else {
             report.effectsCancelled += 1
         }
-        return Ended(effect: entry.effect, outcome: outcome, next: release(id, key: entry.key, report: &report))
+        return Ended(
+            effect: entry.effect,
+            outcome: outcome,
+            next: release(admitted.id, key: entry.key, report: &report)
+        )
+    }
+
+    /// Counts how a begun effect ended.
+    @inlinable
+    static func count(_ outcome: EffectOutcome, report: inout LoopReport) {
+        switch outcome {
+        case .completed: report.effectsCompleted += 1
+        case .failed: report.effectsFailed += 1
+        case .timedOut: report.effectsTimedOut += 1
+        case .cancelled:
+            report.effectsCancelled += 1
+            report.effectsCancelledAfterStart += 1
+        }
     }
 
     /// `id` ran past `timeout`: it ends now, timed out; its handler's later return is ignored (while
@@ -218,6 +248,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
 
     /// The loop stops without waiting: every running effect that began is abandoned (its handler is
     /// cancelled and its result ignored), one that had not begun is cancelled, queued ones never start.
+    /// Effects kept as a count only are counted abandoned, not listed.
     @inlinable
     mutating func abandonAll(
         report: inout LoopReport
@@ -236,7 +267,8 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         for key in queuedByKey.keys {
             for queued in queuedByKey[key]?.removeAll() ?? [] { cancelled.append(queued.effect) }
         }
-        report.effectsAbandoned += abandoned.count
+        report.effectsAbandoned += abandoned.count + uncounted
+        uncounted = 0
         report.effectsCancelled += cancelled.count
         report.timedOutStillRunning += stragglers.count
         running = [:]

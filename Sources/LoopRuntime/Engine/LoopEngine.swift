@@ -118,6 +118,10 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     @usableFromInline
     var machine: Machine<State, Event, Effect>
+    /// How effects are performed: the engine decides asynchronous ones in the same hold of the lock as
+    /// the update.
+    @usableFromInline
+    let router: EffectRouter<Effect, Event>
     @usableFromInline
     let policy: InboxPolicy
     /// Whether to time each update (only an observer needs the duration).
@@ -130,7 +134,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @usableFromInline
     var report = LoopReport()
     @usableFromInline
-    var effects = EffectTable<Effect, Event>()
+    var effects: EffectTable<Effect, Event>
     @usableFromInline
     var subscribers = StateSubscribers<State>()
     @usableFromInline
@@ -145,10 +149,13 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     var pendingMapped = 0
 
     @inlinable
-    init(machine: Machine<State, Event, Effect>, policy: InboxPolicy, timed: Bool) {
+    init(machine: Machine<State, Event, Effect>, router: EffectRouter<Effect, Event>, policy: InboxPolicy, timed: Bool)
+    {
         self.machine = machine
+        self.router = router
         self.policy = policy
         self.timed = timed
+        self.effects = EffectTable(tracksAll: timed)
     }
 
     // MARK: Queries
@@ -200,13 +207,13 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// Claims the loop for running on `host`, decides the program's start-up `effects`, and hands the
     /// caller the drain baton, so no event is processed before they start.
     @inlinable
-    mutating func claim(_ host: Host, first effects: [Effect], router: EffectRouter<Effect, Event>) -> Claim {
+    mutating func claim(_ host: Host, first effects: [Effect]) -> Claim {
         switch lifecycle {
         case .idle:
             lifecycle = .running(host, draining: true)
-            let waiters = startWaiters.map(\.waiter)
+            let waiters = startWaiters.map { $0.waiter }
             startWaiters = []
-            return .started(decide(effects, router), startWaiters: waiters)
+            return .started(decide(effects), startWaiters: waiters)
         case .running, .stopping:
             return .refused(.alreadyRunning)
         case .stopped:
@@ -241,8 +248,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     mutating func receive(
         _ event: Event,
-        from origin: EventOrigin,
-        router: EffectRouter<Effect, Event>
+        from origin: EventOrigin
     ) -> Reception {
         report.eventsSent += 1
         let busy: Bool
@@ -278,7 +284,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             inbox.append(Envelope(event, from: origin))
             return .queued
         }
-        let step = process(Envelope(event, from: origin), router)
+        let step = process(Envelope(event, from: origin))
         if step.isComplete, case .running = lifecycle { return .processed }
         setDraining(true)
         return .step(step)
@@ -289,25 +295,23 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     mutating func receive(
         _ event: Event,
-        fromEffect id: UInt64,
-        router: EffectRouter<Effect, Event>
+        fromEffect id: UInt64
     ) -> Reception {
         guard effects.isLive(id) else {
             report.eventsSent += 1
             report.eventsRejected += 1
             return .rejected(isStopped ? .stopped : .effectEnded)
         }
-        return receive(event, from: .effect, router: router)
+        return receive(event, from: .effect)
     }
 
     /// Delivers the event the router made of a failed or timed-out effect (see ``EffectEnd/mapped``).
     @inlinable
     mutating func receiveMapped(
         _ event: Event,
-        _ router: EffectRouter<Effect, Event>
     ) -> (Reception, Finish<State, Event, Effect>?) {
         pendingMapped -= 1
-        let reception = receive(event, from: .effect, router: router)
+        let reception = receive(event, from: .effect)
         if case .step = reception { return (reception, nil) }
         return (reception, finishIfQuiet())
     }
@@ -321,10 +325,10 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// a batch, stopping at the first that does (returned as a step), at the batch limit, or when the
     /// inbox is empty, which ends the drain (and the shutdown, if nothing else is left).
     @inlinable
-    mutating func nextStep(_ router: EffectRouter<Effect, Event>) -> Next {
+    mutating func nextStep() -> Next {
         var processed = 0
         while isRunning, let envelope = inbox.popFirst() {
-            var step = process(envelope, router)
+            var step = process(envelope)
             if !waitingSenders.isEmpty, case .running = lifecycle {
                 let waiting = waitingSenders.removeFirst()
                 report.eventsSent += 1
@@ -347,7 +351,6 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     mutating func process(
         _ envelope: Envelope<Event>,
-        _ router: EffectRouter<Effect, Event>
     ) -> Step<State, Event, Effect> {
         let produced: [Effect]
         var duration: Duration?
@@ -362,34 +365,39 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         var step = Step<State, Event, Effect>(
             event: envelope.event,
             origin: envelope.origin,
-            dispatch: produced.isEmpty ? Dispatch() : decide(produced, router),
+            dispatch: produced.isEmpty
+                ? Dispatch() : router.hasAsyncRoutes ? decide(produced) : Dispatch(effects: produced),
             duration: duration,
             inboxDepth: inbox.count
         )
-        let waiters = subscribers.changed()
-        if !waiters.isEmpty {
+        if subscribers.parked == 0 {
+            subscribers.version &+= 1
+        } else {
             let wakeups = Wakeups<State>()
-            wakeups.subscribers = waiters
+            wakeups.subscribers = subscribers.changed()
             wakeups.state = machine.state
             step.wakeups = wakeups
         }
         return step
     }
 
-    /// Decides, in order, what happens to each asynchronous effect of `effects` and to each that cancels
-    /// a key; synchronous and unrouted effects are left to the driver.
+    /// Decides, in order, what happens to each asynchronous effect of `effects` and to each unrouted one
+    /// that cancels a key; synchronous and other unrouted effects are left to the driver.
     @inlinable
-    mutating func decide(_ effects: [Effect], _ router: EffectRouter<Effect, Event>) -> Dispatch<Effect, Event> {
+    mutating func decide(_ effects: [Effect]) -> Dispatch<Effect, Event> {
         var decisions: [Decision<Effect, Event>] = []
         for index in effects.indices {
             let effect = effects[index]
+            let performer = router.performer(for: effect)
+            // A synchronous handler's effect runs inline: lifecycles schedule asynchronous effects.
+            if case .sync? = performer { continue }
             let lifecycle = router.lifecycle(of: effect)
             if lifecycle.policy == .cancel, let key = lifecycle.key {
                 let (cancelling, cancelled) = self.effects.cancel(key, report: &report)
                 decisions.append(Decision(index, .cancel(cancelling: cancelling, cancelled: cancelled)))
                 continue
             }
-            guard case .async(let perform)? = router.performer(for: effect) else { continue }
+            guard case .async(let perform)? = performer else { continue }
             decisions.append(Decision(index, self.effects.admit(effect, lifecycle, perform, report: &report)))
         }
         return Dispatch(effects: effects, decisions: decisions, host: decisions.isEmpty ? nil : host)
@@ -443,7 +451,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         waitingSenders = []
         report.eventsSent += waiting.count
         report.eventsRejected += waiting.count
-        return waiting.map(\.continuation)
+        return waiting.map { $0.continuation }
     }
 
     // MARK: Stopping
@@ -489,14 +497,14 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         var finish = Finish<State, Event, Effect>(ending: ending, host: host)
         lifecycle = .stopped(ending)
         report.ending = ending
-        finish.dropped = inbox.removeAll().map(\.event)
+        finish.dropped = inbox.removeAll().map { $0.event }
         report.eventsDropped += finish.dropped.count
         (finish.abandoned, finish.cancelling, finish.cancelled) = effects.abandonAll(report: &report)
         finish.senders = takeWaitingSenders()
         finish.rejection = rejection
         finish.subscribers = subscribers.end()
         finish.idleWaiters = takeIdleWaiters()
-        finish.startWaiters = startWaiters.map(\.waiter)
+        finish.startWaiters = startWaiters.map { $0.waiter }
         startWaiters = []
         pendingMapped = 0
         return finish
@@ -511,12 +519,12 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         effects.begin(id, cancel: cancel, report: &report)
     }
 
-    /// Effect `id`'s handler returned with `result`. `nil` when its end no longer counts (it had timed
-    /// out, or the loop stopped without waiting for it).
+    /// Effect `admitted`'s handler returned with `result`. `nil` when its end no longer counts (it had
+    /// timed out, or the loop stopped without waiting for it).
     @inlinable
-    mutating func end(_ id: UInt64, _ result: EffectOutcome, router: EffectRouter<Effect, Event>) -> EffectEnd? {
-        guard let ended = effects.end(id, result, report: &report) else { return nil }
-        return conclude(ended, router)
+    mutating func end(_ admitted: Admitted<Effect, Event>, _ result: EffectOutcome) -> EffectEnd? {
+        guard !isStopped, let ended = effects.end(admitted, result, report: &report) else { return nil }
+        return conclude(ended)
     }
 
     /// Effect `id` ran past `timeout`: it ends now, reported timed out. Returns its end and the handle to
@@ -525,18 +533,16 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     mutating func timeOut(
         _ id: UInt64,
         after timeout: Duration,
-        handlerRunning: Bool,
-        router: EffectRouter<Effect, Event>
+        handlerRunning: Bool
     ) -> (EffectEnd, CancelHandle?)? {
         let timing = effects.timeOut(id, after: timeout, handlerRunning: handlerRunning, report: &report)
         guard let (ended, cancel) = timing else { return nil }
-        return (conclude(ended, router), cancel)
+        return (conclude(ended), cancel)
     }
 
     @inlinable
     mutating func conclude(
         _ ended: EffectTable<Effect, Event>.Ended,
-        _ router: EffectRouter<Effect, Event>
     ) -> EffectEnd {
         var mapped: Event?
         switch ended.outcome {

@@ -80,7 +80,6 @@ struct StateSubscribers<State: Sendable> {
     @inlinable
     mutating func changed() -> [CheckedContinuation<State?, Never>] {
         version &+= 1
-        guard parked > 0 else { return [] }
         var waiters: [CheckedContinuation<State?, Never>] = []
         for (id, consumer) in consumers {
             guard let waiter = consumer.waiter else { continue }

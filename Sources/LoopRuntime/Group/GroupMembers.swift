@@ -1,4 +1,3 @@
-public import EffectHandlers
 public import LoopCore
 
 /// A group's state machine: its lifecycle and its loops. Kept behind the group's lock; every input
@@ -97,8 +96,7 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
     mutating func insert(
         _ loop: Member,
         for id: ID,
-        event: Event,
-        router: EffectRouter<Effect, Event>
+        event: Event
     ) -> Insertion {
         if let existing = loops[id] { return .found(existing) }
         var first: Dispatch<Effect, Event>?
@@ -116,7 +114,7 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
         loops[id] = loop
         // A claimed loop's baton is its creator's, and an idle loop only queues, so this never processes
         // the event under the group's lock.
-        let reception = loop.storage.withLock { $0.receive(event, from: .outside, router: router) }
+        let reception = loop.storage.withLock { $0.receive(event, from: .outside) }
         let delivery: Delivery =
             if case .rejected(let rejection) = reception { .rejected(rejection) } else { .accepted }
         return .inserted(delivery, first: first)

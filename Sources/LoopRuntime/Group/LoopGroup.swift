@@ -96,12 +96,12 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     }
 
     /// Creates the loop for `id`, outside the lock, and inserts it with `event`.
-    @usableFromInline
+    @inlinable
     func create(_ id: ID, with event: Event) -> Delivery {
         let loop = Loop(program: program(id), context: context, entity: id) { [weak self] loop in
             self?.release(loop)
         }
-        let insertion = members.withLock { $0.insert(loop, for: id, event: event, router: context.router) }
+        let insertion = members.withLock { $0.insert(loop, for: id, event: event) }
         switch insertion {
         case .found(let existing):
             return existing.send(event)
@@ -148,7 +148,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     }
 
     /// A loop has stopped: one that was removed is released.
-    @usableFromInline
+    @inlinable
     func release(_ loop: Loop<State, Event, Effect>) {
         let report = loop.report
         members.withLock { $0.release(loop, report: report) }
@@ -199,7 +199,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         let (started, waiters) = try members.withLock { members in
             let started = try members.start(host)
             defer { members.startWaiters = [] }
-            return (started, members.startWaiters.map(\.waiter))
+            return (started, members.startWaiters.map { $0.waiter })
         }
         host.launch(
             sources: nil,
@@ -245,7 +245,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
             let waiters = members.withLock { members in
                 members.finished.ending = .neverStarted
                 defer { members.startWaiters = [] }
-                return members.startWaiters.map(\.waiter)
+                return members.startWaiters.map { $0.waiter }
             }
             for waiter in waiters { waiter.resume(returning: false) }
         }

@@ -10,7 +10,7 @@ extension Loop {
         if !admitted.isControlled { observe(.effectStarted(admitted.effect, lifecycle: admitted.lifecycle)) }
         let job = Host.Job(
             run: { await self.perform(admitted) },
-            abandon: { self.ended(admitted.id, .cancelled) }
+            abandon: { self.ended(admitted, .cancelled) }
         )
         guard let host else { return job.abandon() }
         host.spawn(job)
@@ -21,10 +21,10 @@ extension Loop {
     func perform(_ admitted: Admitted<Effect, Event>) async {
         guard admitted.isControlled else {
             // Only a stop can cancel an uncontrolled effect, and a stopped loop ignores its end.
-            guard !Task.isCancelled else { return ended(admitted.id, .cancelled) }
+            guard !Task.isCancelled else { return ended(admitted, .cancelled) }
             let send = effectSend
             let outcome = await Self.outcome { try await admitted.perform(admitted.effect, send) }
-            return ended(admitted.id, outcome)
+            return ended(admitted, outcome)
         }
         await performControlled(admitted)
     }
@@ -36,7 +36,7 @@ extension Loop {
         let id = admitted.id
         let run = EffectRun()
         guard storage.withLock({ $0.begin(id, cancel: CancelHandle(id: id) { run.cancel() }) }) else {
-            return ended(id, .cancelled)
+            return ended(admitted, .cancelled)
         }
         observe(.effectStarted(admitted.effect, lifecycle: admitted.lifecycle))
         let timeout = admitted.lifecycle.timeout
@@ -72,13 +72,13 @@ extension Loop {
         if case .timedOut(let timeout) = outcome {
             timedOut(id, after: timeout, run)
         } else {
-            ended(id, outcome)
+            ended(admitted, outcome)
         }
     }
 
     @inlinable
     func receive(_ event: Event, fromEffect id: UInt64) -> Delivery {
-        conclude(storage.withLock { $0.receive(event, fromEffect: id, router: context.router) }, event)
+        conclude(storage.withLock { $0.receive(event, fromEffect: id) }, event)
     }
 
     @inlinable
@@ -93,8 +93,8 @@ extension Loop {
 
     /// Effect `id`'s handler returned with `result`.
     @inlinable
-    func ended(_ id: UInt64, _ result: EffectOutcome) {
-        guard let end = storage.withLock({ $0.end(id, result, router: context.router) }) else { return }
+    func ended(_ admitted: Admitted<Effect, Event>, _ result: EffectOutcome) {
+        guard let end = storage.withLock({ $0.end(admitted, result) }) else { return }
         conclude(end)
     }
 
@@ -102,7 +102,7 @@ extension Loop {
     @inlinable
     func timedOut(_ id: UInt64, after timeout: Duration, _ run: EffectRun) {
         let timing = storage.withLock { engine in
-            engine.timeOut(id, after: timeout, handlerRunning: run.isHandlerRunning, router: context.router)
+            engine.timeOut(id, after: timeout, handlerRunning: run.isHandlerRunning)
         }
         guard let (end, cancel) = timing else { return }
         cancel?.cancel()
@@ -124,7 +124,7 @@ extension Loop {
             observe(.effectTimedOut(end.effect, timeout: timeout, mappedTo: end.mapped))
         }
         if let mapped = end.mapped {
-            let (reception, finish) = storage.withLock { $0.receiveMapped(mapped, context.router) }
+            let (reception, finish) = storage.withLock { $0.receiveMapped(mapped) }
             _ = conclude(reception, mapped)
             if let finish { complete(finish) }
         }

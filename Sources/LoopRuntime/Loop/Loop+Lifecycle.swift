@@ -45,7 +45,7 @@ extension Loop {
     /// Claims the loop for `host`; what to start with. The caller holds the drain baton.
     @inlinable
     func claim(for host: Host) throws(LoopError) -> Dispatch<Effect, Event> {
-        let claim = storage.withLock { $0.claim(host, first: firstEffects, router: context.router) }
+        let claim = storage.withLock { $0.claim(host, first: firstEffects) }
         switch claim {
         case .started(let first, let waiters):
             host.join()

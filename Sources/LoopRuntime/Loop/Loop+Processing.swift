@@ -27,7 +27,7 @@ extension Loop {
                     dispatch(current.dispatch, send: sender)
                 }
             }
-            switch storage.withLock({ $0.nextStep(context.router) }) {
+            switch storage.withLock({ $0.nextStep() }) {
             case .step(let following):
                 step = following
             case .again:
@@ -65,6 +65,8 @@ extension Loop {
                 countSync(completed: false)
                 reportFailure(of: effect, EffectError.unrouted, send: send)
             case nil:
+                // A `cancel` effect needs no route; with no asynchronous route there is nothing to cancel.
+                if context.router.lifecycle(of: effect).policy == .cancel { continue }
                 countSync(completed: false)
                 reportFailure(of: effect, EffectError.unrouted, send: send)
             }

@@ -95,6 +95,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         self.storage = Locked(
             LoopEngine(
                 machine: Machine(state: first.state, update: program.update),
+                router: context.router,
                 policy: context.inbox,
                 timed: context.sink != nil
             )
@@ -136,7 +137,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
             await withCheckedContinuation { (continuation: CheckedContinuation<Delivery, Never>) in
                 let reception = storage.withLock { engine -> LoopEngine<State, Event, Effect>.Reception? in
                     guard !Task.isCancelled, engine.mustWait() else {
-                        return engine.receive(event, from: .outside, router: context.router)
+                        return engine.receive(event, from: .outside)
                     }
                     engine.park((id, event, continuation))
                     return nil
@@ -153,7 +154,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     @inlinable
     func receive(_ event: Event, from origin: EventOrigin) -> Delivery {
-        conclude(storage.withLock { $0.receive(event, from: origin, router: context.router) }, event)
+        conclude(storage.withLock { $0.receive(event, from: origin) }, event)
     }
 
     /// Performs what taking `event` requires outside the lock; the delivery to return.
