@@ -567,3 +567,83 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         )
     }
 }
+
+// The engine's actions compare as values, so its tests are one `#expect` per transition. Closures
+// (cancel handles, performers) compare by the effect id they belong to; waiting continuations by count.
+
+extension LoopEngine.Lifecycle: Equatable {
+    @inlinable
+    static func == (lhs: Self, rhs: Self) -> Bool {
+        switch (lhs, rhs) {
+        case (.idle, .idle): true
+        case (.running(let left, let leftDraining), .running(let right, let rightDraining)),
+            (.stopping(let left, let leftDraining), .stopping(let right, let rightDraining)):
+            left === right && leftDraining == rightDraining
+        case (.stopped(let left), .stopped(let right)): left == right
+        default: false
+        }
+    }
+}
+
+extension LoopEngine.Reception: Equatable where Event: Equatable, Effect: Equatable {}
+extension LoopEngine.Next: Equatable where Event: Equatable, Effect: Equatable {
+    @inlinable
+    static func == (lhs: Self, rhs: Self) -> Bool {
+        switch (lhs, rhs) {
+        case (.step(let left), .step(let right)): left == right
+        case (.again, .again), (.idle, .idle): true
+        case (.idleWaking(let left), .idleWaking(let right)): left.count == right.count
+        case (.finished(let left), .finished(let right)): left == right
+        default: false
+        }
+    }
+}
+
+extension LoopEngine.Claim: Equatable where Event: Equatable, Effect: Equatable {
+    @inlinable
+    static func == (lhs: Self, rhs: Self) -> Bool {
+        switch (lhs, rhs) {
+        case (.started(let left, let leftWaiters), .started(let right, let rightWaiters)):
+            left == right && leftWaiters.count == rightWaiters.count
+        case (.refused(let left), .refused(let right)): left == right
+        default: false
+        }
+    }
+}
+
+extension LoopEngine.Stop: Equatable where Event: Equatable, Effect: Equatable {
+    @inlinable
+    static func == (lhs: Self, rhs: Self) -> Bool {
+        switch (lhs, rhs) {
+        case (.none, .none): true
+        case (
+            .stopping(let left, let leftSenders, let leftFinish),
+            .stopping(let right, let rightSenders, let rightFinish)
+        ):
+            left === right && leftSenders.count == rightSenders.count && leftFinish == rightFinish
+        case (.finished(let left), .finished(let right)): left == right
+        default: false
+        }
+    }
+}
+
+extension LoopEngine.EffectEnd: Equatable where Event: Equatable, Effect: Equatable {
+    @inlinable
+    static func == (lhs: Self, rhs: Self) -> Bool {
+        lhs.effect == rhs.effect && lhs.outcome == rhs.outcome && lhs.mapped == rhs.mapped && lhs.next == rhs.next
+            && lhs.finish == rhs.finish
+    }
+}
+
+extension EffectOutcome: Equatable {
+    /// Equal when the same case; errors compare by their description.
+    @inlinable
+    static func == (lhs: EffectOutcome, rhs: EffectOutcome) -> Bool {
+        switch (lhs, rhs) {
+        case (.completed, .completed), (.cancelled, .cancelled): true
+        case (.failed(let left), .failed(let right)): "\(left)" == "\(right)"
+        case (.timedOut(let left), .timedOut(let right)): left == right
+        default: false
+        }
+    }
+}
