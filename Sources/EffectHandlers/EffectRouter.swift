@@ -42,7 +42,7 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     /// Whether some route performs effects asynchronously. A loop whose router has none needs no decision
     /// about any effect's lifecycle (only asynchronous effects have one), so it skips that work.
     @usableFromInline
-    package private(set) var hasAsyncRoutes = false
+    package internal(set) var hasAsyncRoutes = false
     @usableFromInline
     var errorMapping: (@Sendable (Effect, any Error) -> Event?)?
     @usableFromInline
@@ -52,6 +52,11 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     @inlinable
     public init() {
         lifecycleOf = { _ in .immediate }
+    }
+
+    @inlinable
+    init(lifecycleOf: @escaping @Sendable (Effect) -> EffectLifecycle) {
+        self.lifecycleOf = lifecycleOf
     }
 
     /// Creates an empty router that schedules each effect by its ``ManagedEffect/lifecycle``.
@@ -107,6 +112,36 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         var copy = self
         copy.errorMapping = transform
         return copy
+    }
+
+    /// The same routes for a loop whose event type is `Outer`: every event a handler sends, and every
+    /// event the error mapping makes, is turned into an `Outer` by `embed`.
+    ///
+    /// How a child feature's routes serve its parent's loop, and how a ``LoopRuntime/LoopStore`` gives
+    /// handlers a sender of feedback only.
+    @inlinable
+    public func mapEvents<Outer: Sendable>(_ embed: @escaping @Sendable (Event) -> Outer) -> EffectRouter<Effect, Outer>
+    {
+        var outer = EffectRouter<Effect, Outer>(lifecycleOf: lifecycleOf)
+        outer.hasAsyncRoutes = hasAsyncRoutes
+        outer.routes = routes.map { route in
+            switch route.performer {
+            case .sync(let perform):
+                EffectRouter<Effect, Outer>.Route(
+                    accepts: route.accepts,
+                    performer: .sync { effect, send in try perform(effect, send.map(embed)) }
+                )
+            case .async(let perform):
+                EffectRouter<Effect, Outer>.Route(
+                    accepts: route.accepts,
+                    performer: .async { effect, send in try await perform(effect, send.map(embed)) }
+                )
+            }
+        }
+        if let errorMapping {
+            outer.errorMapping = { effect, error in errorMapping(effect, error).map(embed) }
+        }
+        return outer
     }
 
     /// The performer the first matching route chooses for `effect`, or `nil` when no route accepts it.

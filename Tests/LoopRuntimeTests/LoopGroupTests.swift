@@ -137,6 +137,8 @@ import Testing
             released = loop
             _ = try await StressTests.run(loop) { loop.send(.run([.echo("x"), .job("j", .concurrent("k"))])) }
         }
+        // Released once the tasks that ran its effects are torn down, which may trail run()'s return.
+        await waitUntil { released == nil }
         #expect(released == nil)
     }
 

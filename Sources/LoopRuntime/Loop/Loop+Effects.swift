@@ -43,15 +43,14 @@ extension Loop {
         // A timed effect's events are taken only while it has not timed out.
         let send = timeout == nil ? effectSend : Send { event in self.receive(event, fromEffect: id) }
         let storage = self.storage
-        run.attach(
-            Task {
-                let outcome = await Self.outcome { try await admitted.perform(admitted.effect, send) }
-                if !run.handlerReturned(outcome) {
-                    // It had timed out: its handler has now returned, so it no longer runs unaccounted.
-                    storage.withLock { _ = $0.effects.stragglers.remove(id) }
-                }
+        let work = Task {
+            let outcome = await Self.outcome { try await admitted.perform(admitted.effect, send) }
+            if !run.handlerReturned(outcome) {
+                // It had timed out: its handler has now returned, so it no longer runs unaccounted.
+                storage.withLock { _ = $0.effects.stragglers.remove(id) }
             }
-        )
+        }
+        run.attach(work)
         var timer: Task<Void, Never>?
         if let timeout {
             let clock = context.clock
@@ -72,6 +71,8 @@ extension Loop {
         if case .timedOut(let timeout) = outcome {
             timedOut(id, after: timeout, run)
         } else {
+            // The handler has returned: let its task finish too, so nothing of the effect outlives it.
+            await work.value
             ended(admitted, outcome)
         }
     }
