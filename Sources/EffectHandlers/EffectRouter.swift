@@ -47,6 +47,9 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     var errorMapping: (@Sendable (Effect, any Error) -> Event?)?
     @usableFromInline
     let lifecycleOf: @Sendable (Effect) -> EffectLifecycle
+    /// The grace period an effect asks its loop to stop with, for an effect that does.
+    @usableFromInline
+    package internal(set) var stopRequest: (@Sendable (Effect) -> Duration?)?
 
     /// Creates an empty router; every effect it routes runs ``EffectLifecycle/immediate``.
     @inlinable
@@ -114,6 +117,22 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         return copy
     }
 
+    /// Makes the effects `extract` recognises stop the loop that performs them: gracefully, within the
+    /// grace period `extract` returns (see the loop's `stop(gracePeriod:)`). A loop of a group stops and
+    /// is removed from it.
+    ///
+    /// The program decides when to stop, as a value a test asserts; no handler needs the loop.
+    ///
+    /// ```swift
+    /// router.stopLoop(on: { if case .shutDown(let grace) = $0 { grace } else { nil } })
+    /// ```
+    @inlinable
+    public func stopLoop(on extract: @escaping @Sendable (Effect) -> Duration?) -> EffectRouter {
+        var copy = self
+        copy.stopRequest = extract
+        return copy
+    }
+
     /// The same routes for a loop whose event type is `Outer`: every event a handler sends, and every
     /// event the error mapping makes, is turned into an `Outer` by `embed`.
     ///
@@ -124,6 +143,7 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     {
         var outer = EffectRouter<Effect, Outer>(lifecycleOf: lifecycleOf)
         outer.hasAsyncRoutes = hasAsyncRoutes
+        outer.stopRequest = stopRequest
         outer.routes = routes.map { route in
             switch route.performer {
             case .sync(let perform):

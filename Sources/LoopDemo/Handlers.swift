@@ -45,12 +45,11 @@ extension JobRunner {
     }
 
     /// How the demo's effects are performed: processes through `shell`, backoffs on `clock`, output to
-    /// `console`, and `stop` to shut the service down.
+    /// `console`; the `stop` effect stops the loop itself.
     public static func router(
         shell: any Shell,
         clock: some Clock<Duration>,
-        console: Console,
-        stop: @escaping @Sendable (Duration) -> Void
+        console: Console
     ) -> EffectRouter<Effect, Event> {
         EffectRouter<Effect, Event>()
             .route(
@@ -83,10 +82,7 @@ extension JobRunner {
                     console.progress(running: progress.0, queued: progress.1, done: progress.2, total: progress.3)
                 }
             )
-            .route(
-                { if case .stop(let gracePeriod) = $0 { gracePeriod } else { nil } },
-                to: ClosureSyncEffectHandler { gracePeriod, _ in stop(gracePeriod) }
-            )
+            .stopLoop(on: { if case .stop(let gracePeriod) = $0 { gracePeriod } else { nil } })
             .mapErrors { effect, error in
                 guard case .run(let name, let attempt, _, _) = effect else { return nil }
                 if let effectError = error as? EffectError, effectError.isTimeout {

@@ -7,20 +7,18 @@ public import LoopRuntime
 /// let journal = try JSONLinesJournal<Event>(path: "run.jsonl")
 /// let recorder = JournalRecorder<State, Event, Effect>(journal: journal, forwardingTo: LoopLogger())
 /// let loop = Loop(program: program, effects: router, observer: recorder)
-/// recorder.attach(to: loop)
 /// ```
 ///
-/// The observer runs on the thread that processed the event before that thread processes another, so
-/// the state it reads for a digest is the state right after the event. A record that cannot be
+/// It is a ``LoopRuntime/LoopStateObserver``: the loop hands it the state with each processed event,
+/// which it reads only for a digest, so it needs no reference to the loop. A record that cannot be
 /// written is counted in ``failures`` and passed to `onFailure`; the loop goes on. `onRecorded`
 /// receives each sequence number once its record is in the file.
 public final class JournalRecorder<State: Encodable & Sendable, Event: Codable & Sendable, Effect: Sendable>:
-    LoopObserver, Sendable
+    LoopStateObserver, Sendable
 {
     private struct Progress {
         var sequence = 0
         var failures = 0
-        var state: (@Sendable () -> State?)?
     }
 
     private let journal: JSONLinesJournal<Event>
@@ -45,12 +43,6 @@ public final class JournalRecorder<State: Encodable & Sendable, Event: Codable &
         self.onRecorded = onRecorded
     }
 
-    /// Lets the recorder read `loop`'s state for its digests. Call it before the loop starts.
-    public func attach(to loop: Loop<State, Event, Effect>) {
-        // Weakly: the loop holds this recorder as its observer, so a strong capture would be a cycle.
-        progress.withLock { $0.state = { [weak loop] in loop?.state } }
-    }
-
     /// How many events have been recorded.
     public var recorded: Int {
         progress.withLock { $0.sequence - $0.failures }
@@ -61,16 +53,25 @@ public final class JournalRecorder<State: Encodable & Sendable, Event: Codable &
         progress.withLock { $0.failures }
     }
 
-    /// Records processed events and passes everything on.
-    public func observe(_ activity: LoopActivity<Event, Effect>) {
-        if case .eventProcessed(let event, _, _, _) = activity { record(event) }
+    /// Records processed events, with a digest of `state` every `digestEvery` events, and passes
+    /// everything on.
+    public func observe(_ activity: LoopActivity<Event, Effect>, state: () -> State) {
+        if case .eventProcessed(let event, _, _, _) = activity {
+            withoutActuallyEscaping(state) { state in record(event, state: state) }
+        }
         next?.observe(activity)
     }
 
-    private func record(_ event: Event) {
-        let (sequence, state) = progress.withLock { progress in
+    /// Records processed events without digests (when not given the state) and passes everything on.
+    public func observe(_ activity: LoopActivity<Event, Effect>) {
+        if case .eventProcessed(let event, _, _, _) = activity { record(event, state: nil) }
+        next?.observe(activity)
+    }
+
+    private func record(_ event: Event, state: (() -> State)?) {
+        let sequence = progress.withLock { progress in
             progress.sequence += 1
-            return (progress.sequence, progress.state)
+            return progress.sequence
         }
         do {
             let current = sequence.isMultiple(of: digestEvery) ? state?() : nil

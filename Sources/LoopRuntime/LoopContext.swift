@@ -2,15 +2,39 @@ public import EffectHandlers
 public import EventSources
 
 /// Where a loop's activities go: the observer of a standalone loop, or the group's observer with the
-/// entity each loop belongs to.
+/// entity each loop belongs to. A standalone loop's observer that reads the state gets a way to.
 @usableFromInline
-struct ActivitySink<Event: Sendable, Effect: Sendable>: Sendable {
+struct ActivitySink<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
+    /// Delivers an activity of the loop for an entity (`nil` for a standalone loop), with a way to read
+    /// that loop's state.
     @usableFromInline
-    let deliver: @Sendable (LoopActivity<Event, Effect>, (any Sendable)?) -> Void
+    let deliver: @Sendable (LoopActivity<Event, Effect>, (any Sendable)?, () -> State) -> Void
+    /// Delivers an activity of a group as a whole, or of an entity that has no loop.
+    @usableFromInline
+    let deliverWithoutState: @Sendable (LoopActivity<Event, Effect>, (any Sendable)?) -> Void
 
-    @inlinable
-    init(_ deliver: @escaping @Sendable (LoopActivity<Event, Effect>, (any Sendable)?) -> Void) {
-        self.deliver = deliver
+    /// The sink for a standalone loop's `observer`: one that reads the state gets to.
+    @usableFromInline
+    static func observer(_ observer: any LoopObserver<Event, Effect>) -> ActivitySink {
+        let plain: @Sendable (LoopActivity<Event, Effect>, (any Sendable)?) -> Void = { activity, _ in
+            observer.observe(activity)
+        }
+        if let reading = observer as? any LoopStateObserver<State, Event, Effect> {
+            return ActivitySink(
+                deliver: { activity, _, state in reading.observe(activity, state: state) },
+                deliverWithoutState: plain
+            )
+        }
+        return ActivitySink(deliver: { activity, _, _ in observer.observe(activity) }, deliverWithoutState: plain)
+    }
+
+    /// The sink for a group's `observer`, which gets each activity with its entity.
+    @usableFromInline
+    static func group<ID: Hashable & Sendable>(_ observer: any LoopGroupObserver<ID, Event, Effect>) -> ActivitySink {
+        ActivitySink(
+            deliver: { activity, entity, _ in observer.observe(activity, of: entity as? ID) },
+            deliverWithoutState: { activity, entity in observer.observe(activity, of: entity as? ID) }
+        )
     }
 }
 
@@ -24,7 +48,7 @@ final class LoopContext<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     @usableFromInline
     let sources: [any EventSource<Event>]
     @usableFromInline
-    let sink: ActivitySink<Event, Effect>?
+    let sink: ActivitySink<State, Event, Effect>?
     @usableFromInline
     let clock: any Clock<Duration>
     @usableFromInline
@@ -34,7 +58,7 @@ final class LoopContext<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     init(
         router: EffectRouter<Effect, Event>,
         sources: [any EventSource<Event>],
-        sink: ActivitySink<Event, Effect>?,
+        sink: ActivitySink<State, Event, Effect>?,
         clock: any Clock<Duration>,
         inbox: InboxPolicy
     ) {
@@ -45,9 +69,20 @@ final class LoopContext<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         self.inbox = inbox
     }
 
-    /// Reports `activity` of the loop for `entity` (`nil` for a standalone loop or the group itself).
+    /// Reports `activity` of the loop for `entity` (`nil` for a standalone loop); `state` reads that
+    /// loop's state, if the observer asks.
     @inlinable
-    func observe(_ activity: @autoclosure () -> LoopActivity<Event, Effect>, entity: (any Sendable)?) {
-        sink?.deliver(activity(), entity)
+    func observe(
+        _ activity: @autoclosure () -> LoopActivity<Event, Effect>,
+        entity: (any Sendable)?,
+        state: () -> State
+    ) {
+        sink?.deliver(activity(), entity, state)
+    }
+
+    /// Reports `activity` of a group as a whole (`entity` `nil`), or of an entity that has no loop.
+    @inlinable
+    func observeGroup(_ activity: @autoclosure () -> LoopActivity<Event, Effect>, entity: (any Sendable)?) {
+        sink?.deliverWithoutState(activity(), entity)
     }
 }

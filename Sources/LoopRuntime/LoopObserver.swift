@@ -14,6 +14,23 @@ public protocol LoopObserver<Event, Effect>: Sendable {
     func observe(_ activity: LoopActivity<Event, Effect>)
 }
 
+/// An observer that may read the loop's state as it observes, such as a journal that records a digest
+/// of the state every so many events.
+///
+/// Give it to a ``Loop`` as its observer: the loop then calls ``observe(_:state:)`` instead of
+/// ``LoopObserver/observe(_:)``. The state arrives with the activity, so the observer needs no
+/// reference to the loop. Reading it is optional and costs nothing when not done: the state is not
+/// copied unless `state` is called.
+public protocol LoopStateObserver<State, Event, Effect>: LoopObserver {
+    /// The loop's state.
+    associatedtype State: Sendable
+
+    /// Called for each thing the loop did. `state` returns the loop's state at the time of the call:
+    /// while observing ``LoopActivity/eventProcessed(_:origin:duration:inboxDepth:)``, the state right
+    /// after that event, since the loop processes no other event until this returns.
+    func observe(_ activity: LoopActivity<Event, Effect>, state: () -> State)
+}
+
 /// An observer made of a closure.
 public struct ClosureLoopObserver<Event: Sendable, Effect: Sendable>: LoopObserver {
     private let body: @Sendable (LoopActivity<Event, Effect>) -> Void

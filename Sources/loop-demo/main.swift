@@ -89,10 +89,7 @@ func replay(_ path: String) -> Int32 {
 
 func run(stdin: Bool, journalPath: String?, acks: Bool) async -> Int32 {
     let console = Console.standardOutput()
-    let stopper = Locked<(@Sendable (Duration) -> Void)?>(nil)
-    let router = JobRunner.router(shell: SystemShell(), clock: ContinuousClock(), console: console) { gracePeriod in
-        stopper.withLock { $0 }?(gracePeriod)
-    }
+    let router = JobRunner.router(shell: SystemShell(), clock: ContinuousClock(), console: console)
     let input: any EventSource<JobRunner.Event> =
         stdin
         ? LineSource(fileDescriptor: 0, end: .inputEnded) { Command.event(for: $0) }
@@ -120,8 +117,6 @@ func run(stdin: Bool, journalPath: String?, acks: Bool) async -> Int32 {
         }
     }
     let loop = Loop(program: program, effects: router, sources: sources, observer: recorder)
-    recorder?.attach(to: loop)
-    stopper.withLock { $0 = { gracePeriod in loop.stop(gracePeriod: gracePeriod) } }
     do {
         let report = try await loop.run()
         console.clearProgress()

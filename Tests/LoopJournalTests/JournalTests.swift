@@ -48,7 +48,6 @@ enum Ledger {
         let journal = try JSONLinesJournal<Ledger.Event>(path: path)
         let recorder = JournalRecorder<Ledger.State, Ledger.Event, String>(journal: journal, digestEvery: digestEvery)
         let loop = Loop(program: Ledger.program, effects: EffectRouter(), observer: recorder)
-        recorder.attach(to: loop)
         let run = Task { try await loop.run() }
         while !loop.isRunning { await Task.yield() }
         for event in events { loop.send(event) }

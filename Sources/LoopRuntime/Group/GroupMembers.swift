@@ -160,11 +160,15 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
         return loop
     }
 
-    /// A loop has stopped: a removed one is released and its report kept; one stopped with the whole
-    /// group stays, so its final state is readable.
+    /// A loop has stopped: a removed one (or one that stopped itself) is released and its report kept;
+    /// one stopped with the whole group stays, so its final state is readable.
     @inlinable
     mutating func release(_ loop: Member, report: LoopReport) {
-        guard retiring.removeValue(forKey: ObjectIdentifier(loop)) != nil else { return }
+        if retiring.removeValue(forKey: ObjectIdentifier(loop)) == nil {
+            // A loop that stopped itself while the group runs leaves it, like a removed one.
+            guard case .running = lifecycle, let id = loop.entity as? ID, loops[id] === loop else { return }
+            loops[id] = nil
+        }
         finished = finished.adding(report)
     }
 

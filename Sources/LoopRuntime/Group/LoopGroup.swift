@@ -51,9 +51,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         clock: any Clock<Duration> = ContinuousClock()
     ) {
         self.program = program
-        let sink = observer.map { observer in
-            ActivitySink<Event, Effect> { activity, entity in observer.observe(activity, of: entity as? ID) }
-        }
+        let sink = observer.map { ActivitySink<State, Event, Effect>.group($0) }
         self.context = LoopContext(router: router, sources: [], sink: sink, clock: clock, inbox: inbox)
     }
 
@@ -88,7 +86,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         case .found(let loop):
             return loop.send(event)
         case .rejected(let rejection):
-            context.observe(.eventRejected(event, reason: rejection), entity: id)
+            context.observeGroup(.eventRejected(event, reason: rejection), entity: id)
             return .rejected(rejection)
         case .absent:
             return create(id, with: event)
@@ -106,11 +104,11 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         case .found(let existing):
             return existing.send(event)
         case .rejected(let rejection):
-            context.observe(.eventRejected(event, reason: rejection), entity: id)
+            context.observeGroup(.eventRejected(event, reason: rejection), entity: id)
             return .rejected(rejection)
         case .inserted(let delivery, let first):
             if case .rejected(let rejection) = delivery {
-                context.observe(.eventRejected(event, reason: rejection), entity: id)
+                context.observeGroup(.eventRejected(event, reason: rejection), entity: id)
             }
             if let first { loop.begin(first) }
             return delivery
@@ -227,7 +225,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
             endings.contains(.cancelled)
             ? .cancelled : endings.contains(.deadlineExceeded) ? .deadlineExceeded : .drained
         members.withLock { $0.finished.ending = report.ending }
-        context.observe(.stopped(report), entity: nil)
+        context.observeGroup(.stopped(report), entity: nil)
         return report
     }
 
@@ -237,7 +235,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     /// its loops never run, and the events sent to them are dropped and counted.
     public func stop(gracePeriod: Duration = .seconds(30)) {
         guard let (host, loops) = members.withLock({ $0.stop() }) else { return }
-        if host != nil { context.observe(.stopping, entity: nil) }
+        if host != nil { context.observeGroup(.stopping, entity: nil) }
         for loop in loops { loop.beginStopping() }
         if let host {
             host.requestStop(gracePeriod: gracePeriod)

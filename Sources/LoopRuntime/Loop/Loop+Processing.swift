@@ -56,6 +56,10 @@ extension Loop {
                 apply(current.admission, to: effect, on: dispatch.host)
                 continue
             }
+            if let stopRequest = context.router.stopRequest, let gracePeriod = stopRequest(effect) {
+                stopItself(gracePeriod: gracePeriod, asked: effect)
+                continue
+            }
             switch context.router.performer(for: effect) {
             case .sync(let perform):
                 performSync(effect, perform, send: send)
@@ -105,6 +109,19 @@ extension Loop {
             countSync(completed: false)
             reportFailure(of: effect, error, send: send)
         }
+    }
+
+    /// The program asked, with `effect`, to stop its loop within `gracePeriod`.
+    @usableFromInline
+    func stopItself(gracePeriod: Duration, asked effect: Effect) {
+        if context.sink != nil { observe(.effectStarted(effect, lifecycle: context.router.lifecycle(of: effect))) }
+        countSync(completed: true)
+        if onStopped == nil {
+            stop(gracePeriod: gracePeriod)
+        } else {
+            beginStopping()
+        }
+        observe(.effectCompleted(effect))
     }
 
     /// Reports a failed synchronous effect and sends the event the program maps its error to, if any.

@@ -74,8 +74,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         observer: (any LoopObserver<Event, Effect>)? = nil,
         clock: any Clock<Duration> = ContinuousClock()
     ) {
-        let sink = observer.map { observer in ActivitySink<Event, Effect> { activity, _ in observer.observe(activity) }
-        }
+        let sink = observer.map { ActivitySink<State, Event, Effect>.observer($0) }
         self.init(
             program: program,
             context: LoopContext(router: router, sources: sources, sink: sink, clock: clock, inbox: inbox),
@@ -108,7 +107,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     @inlinable
     func observe(_ activity: @autoclosure () -> LoopActivity<Event, Effect>) {
-        context.observe(activity(), entity: entity)
+        context.observe(activity(), entity: entity) { storage.withLock { $0.machine.state } }
     }
 
     // MARK: Sending
