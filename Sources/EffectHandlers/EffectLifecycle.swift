@@ -35,10 +35,8 @@ public struct EffectLifecycle: Hashable, Sendable, CustomStringConvertible {
         self.timeout = timeout
     }
 
-    /// Starts at once, with no key and no timeout: the default for every effect.
-    public static let immediate = EffectLifecycle(policy: .concurrent, key: nil, timeout: nil)
-
-    /// Starts at once; a key lets ``cancel(_:)`` reach it.
+    /// Starts at once; a key lets ``cancel(_:)`` reach it. `.concurrent()`, with no key and no timeout,
+    /// is the default for every effect.
     public static func concurrent(_ key: EffectKey? = nil, timeout: Duration? = nil) -> EffectLifecycle {
         EffectLifecycle(policy: .concurrent, key: key, timeout: timeout)
     }

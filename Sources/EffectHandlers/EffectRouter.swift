@@ -15,7 +15,8 @@ public import LoopCore
 public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     /// How one effect is performed, as chosen by its route. The closures are stored in the route, so
     /// choosing one allocates nothing; call them with the effect.
-    public enum Performer: Sendable {
+    @usableFromInline
+    package enum Performer: Sendable {
         /// Performed inline right after the update, without a task.
         case sync(@Sendable (Effect, Send<Event>) throws -> Void)
         /// Performed in a task of its own.
@@ -51,10 +52,10 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     @usableFromInline
     package internal(set) var stopRequest: (@Sendable (Effect) -> Duration?)?
 
-    /// Creates an empty router; every effect it routes runs ``EffectLifecycle/immediate``.
+    /// Creates an empty router; every effect it routes runs ``EffectLifecycle/concurrent(_:timeout:)``.
     @inlinable
     public init() {
-        lifecycleOf = { _ in .immediate }
+        lifecycleOf = { _ in .concurrent() }
     }
 
     @inlinable
@@ -166,7 +167,7 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
 
     /// The performer the first matching route chooses for `effect`, or `nil` when no route accepts it.
     @inlinable
-    public func performer(for effect: Effect) -> Performer? {
+    package func performer(for effect: Effect) -> Performer? {
         // By index, so each route is read in place rather than copied (two closure retains per route).
         for index in routes.indices where routes[index].accepts(effect) {
             return routes[index].performer
@@ -176,13 +177,13 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
 
     /// How `effect` is scheduled.
     @inlinable
-    public func lifecycle(of effect: Effect) -> EffectLifecycle {
+    package func lifecycle(of effect: Effect) -> EffectLifecycle {
         lifecycleOf(effect)
     }
 
     /// The event the program maps `error` of `effect` to, if it maps it.
     @inlinable
-    public func event(for error: any Error, of effect: Effect) -> Event? {
+    package func event(for error: any Error, of effect: Effect) -> Event? {
         errorMapping?(effect, error)
     }
 }

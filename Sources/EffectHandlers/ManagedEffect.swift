@@ -19,7 +19,7 @@
 /// }
 /// ```
 ///
-/// An effect type that does not conform runs every effect ``EffectLifecycle/immediate``.
+/// An effect type that does not conform runs every effect ``EffectLifecycle/concurrent(_:timeout:)``.
 public protocol ManagedEffect: Sendable {
     /// How the runtime schedules this effect.
     var lifecycle: EffectLifecycle { get }

@@ -15,12 +15,6 @@ public struct First<State, Effect> {
         self.state = state
         self.effects = effects
     }
-
-    /// Starts in `state` with `effects` to perform at start-up, in order.
-    @inlinable
-    public static func first(_ state: State, effects: [Effect] = []) -> First {
-        First(state: state, effects: effects)
-    }
 }
 
 extension First: Equatable where State: Equatable, Effect: Equatable {}

@@ -4,11 +4,11 @@
 /// outcome of an event is one assertion:
 ///
 /// ```swift
-/// #expect(update(State(count: 1), .increment) == .next(State(count: 2), effects: [.log("2")]))
+/// #expect(update(State(count: 1), .increment) == Next(state: State(count: 2), effects: [.log("2")]))
 /// ```
 ///
-/// The state is always present. An event that changes nothing produces `.next(state)` with the state
-/// it was given; an event that only triggers work produces `.next(state, effects: [...])`.
+/// The state is always present. An event that changes nothing produces `Next(state: state)` with the state
+/// it was given; an event that only triggers work produces `Next(state: state, effects: [...])`.
 public struct Next<State, Effect> {
     /// The state after the event.
     public var state: State
@@ -20,27 +20,6 @@ public struct Next<State, Effect> {
     public init(state: State, effects: [Effect] = []) {
         self.state = state
         self.effects = effects
-    }
-
-    /// The event moves to `state` and asks for `effects`, in order.
-    @inlinable
-    public static func next(_ state: State, effects: [Effect] = []) -> Next {
-        Next(state: state, effects: effects)
-    }
-
-    /// The event leaves `state` as it is and asks for `effects`, in order.
-    ///
-    /// The same value as `.next(state, effects: effects)`; the name says at the call site that the state
-    /// is not meant to change.
-    @inlinable
-    public static func dispatch(_ effects: [Effect], keeping state: State) -> Next {
-        Next(state: state, effects: effects)
-    }
-
-    /// The event changes nothing: `state` stays as it is and no effect is asked for.
-    @inlinable
-    public static func noChange(_ state: State) -> Next {
-        Next(state: state, effects: [])
     }
 
     /// Whether the event asked for any effect.

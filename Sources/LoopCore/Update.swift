@@ -6,7 +6,7 @@
 ///   given and returns the effects. This form never copies the state, in any build mode, and stays
 ///   copy-free when the update is embedded in a parent (see ``embed(_:state:event:effect:)``).
 /// - **Pure value**: `(consuming State, Event) -> Next<State, Effect>`, the Elm and Mobius shape. Mutate
-///   the `consuming` parameter itself and return it (`state.items.append(x); return .next(state)`).
+///   the `consuming` parameter itself and return it (`state.items.append(x); return Next(state: state)`).
 ///   It is copy-free in optimised builds; in debug builds, pass a closure or a global function rather
 ///   than a static method, whose reference thunk copies the state.
 ///
@@ -14,7 +14,7 @@
 ///
 /// ```swift
 /// let update = Update(Counter.update)
-/// #expect(update(State(count: 1), .increment) == .next(State(count: 2), effects: [.log("2")]))
+/// #expect(update(State(count: 1), .increment) == Next(state: State(count: 2), effects: [.log("2")]))
 /// ```
 ///
 /// ## The O(1) rule

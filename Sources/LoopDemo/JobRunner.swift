@@ -172,7 +172,7 @@ public enum JobRunner {
             case .retryAfter(let name, _, _): .concurrent("retry-\(name)")
             case .stopRun(let name): .cancel("run-\(name)")
             case .stopRetry(let name): .cancel("retry-\(name)")
-            case .report, .progress, .stop: .immediate
+            case .report, .progress, .stop: .concurrent()
             }
         }
     }

@@ -50,7 +50,7 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
     /// Bumped by everything the loop and the recording handler do, so waits are on conditions.
     private let changes = Changes()
 
-    /// Creates a harness for `program`; effects are scheduled with ``EffectHandlers/EffectLifecycle/immediate``.
+    /// Creates a harness for `program`; effects are scheduled with ``EffectHandlers/EffectLifecycle/concurrent(_:timeout:)``.
     public convenience init(_ program: Program<State, Event, Effect>) {
         self.init(program, router: EffectRouter<Effect, Event>())
     }

@@ -14,21 +14,22 @@ import Testing
             return ["second saw \(state)", "second again"]
         }
         #expect(
-            Update.combine(first, second)(1, 2) == .next(30, effects: ["first saw 3", "second saw 30", "second again"])
+            Update.combine(first, second)(1, 2)
+                == Next(state: 30, effects: ["first saw 3", "second saw 30", "second again"])
         )
         #expect(
             Update.combine(second, first)(1, 2)
-                == .next(12, effects: ["second saw 10", "second again", "first saw 12"])
+                == Next(state: 12, effects: ["second saw 10", "second again", "first saw 12"])
         )
-        #expect(Update<Int, Int, String>.combine([])(7, 1) == .noChange(7))
+        #expect(Update<Int, Int, String>.combine([])(7, 1) == Next(state: 7))
     }
 
     @Test func embedAppliesChildEventsToTheChildStateAndLiftsItsEffects() {
         let next = App.main(State(), .main(.add(4)))
         #expect(
             next
-                == .next(
-                    State(main: Counter.State(count: 4, history: [4])),
+                == Next(
+                    state: State(main: Counter.State(count: 4, history: [4])),
                     effects: [.main(.log("4")), .main(.persist(4))]
                 )
         )
@@ -36,8 +37,8 @@ import Testing
 
     @Test func embedIgnoresEventsOfOtherChildren() {
         let state = State(main: Counter.State(count: 1))
-        #expect(App.main(state, .scratch(.increment)) == .noChange(state))
-        #expect(App.main(state, .openScratch) == .noChange(state))
+        #expect(App.main(state, .scratch(.increment)) == Next(state: state))
+        #expect(App.main(state, .openScratch) == Next(state: state))
     }
 
     @Test func combinedParentSeesTheChildsNewState() {
@@ -56,7 +57,7 @@ import Testing
 
     @Test func optionalChildEventWhileAbsentChangesNothingAndIsReported() {
         let next = App.update(State(), .scratch(.increment))
-        #expect(next == .next(State(), effects: [.unknown(.scratch(.increment))]))
+        #expect(next == Next(state: State(), effects: [.unknown(.scratch(.increment))]))
     }
 
     @Test func optionalChildWithoutAbsentHandlerIgnoresTheEvent() {
@@ -66,7 +67,7 @@ import Testing
             event: { if case .scratch(let event) = $0 { event } else { nil } },
             effect: App.Effect.scratch
         )
-        #expect(quiet(State(), .scratch(.increment)) == .noChange(State()))
+        #expect(quiet(State(), .scratch(.increment)) == Next(state: State()))
     }
 
     @Test func keyedChildrenReceiveOnlyTheirOwnEvents() {
@@ -81,7 +82,7 @@ import Testing
         var state = State()
         _ = App.update(&state, .openSession("a"))
         let next = App.update(state, .session("zzz", .increment))
-        #expect(next == .next(state, effects: [.unknown(.session("zzz", .increment))]))
+        #expect(next == Next(state: state, effects: [.unknown(.session("zzz", .increment))]))
     }
 
     @Test func keyedChildWithoutAbsentHandlerIgnoresTheEvent() {
@@ -91,6 +92,6 @@ import Testing
             event: { if case .session(let id, let event) = $0 { (id, event) } else { nil } },
             effect: App.Effect.session
         )
-        #expect(quiet(State(), .session("x", .increment)) == .noChange(State()))
+        #expect(quiet(State(), .session("x", .increment)) == Next(state: State()))
     }
 }

@@ -38,11 +38,11 @@ enum ReadmeWorker {
     @Test func finishingAJobStartsTheNext() {
         #expect(
             worker(State(pending: ["b"], running: "a"), .finished("a"))
-                == .next(State(pending: [], running: "b"), effects: [.notify("a"), .start("b")])
+                == Next(state: State(pending: [], running: "b"), effects: [.notify("a"), .start("b")])
         )
     }
 
     @Test func aJobSubmittedWhileBusyWaits() {
-        #expect(worker(State(running: "a"), .submitted("b")) == .next(State(pending: ["b"], running: "a")))
+        #expect(worker(State(running: "a"), .submitted("b")) == Next(state: State(pending: ["b"], running: "a")))
     }
 }

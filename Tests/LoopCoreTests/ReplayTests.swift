@@ -10,8 +10,8 @@ import Testing
         let replayed = update.replay(from: first, events: [.increment, .ignored, .add(5)])
         #expect(
             replayed
-                == .next(
-                    State(count: 16, history: [11, 16]),
+                == Next(
+                    state: State(count: 16, history: [11, 16]),
                     effects: [.log("start"), .log("11"), .log("16"), .persist(16)]
                 )
         )
@@ -26,12 +26,12 @@ import Testing
             state = next.state
             effects += next.effects
         }
-        #expect(update.replay(from: First(state: State()), events: events) == .next(state, effects: effects))
+        #expect(update.replay(from: First(state: State()), events: events) == Next(state: state, effects: effects))
     }
 
     @Test func replayOfNoEventsIsTheStart() {
         let first = First<State, Counter.Effect>(state: State(count: 3), effects: [.persist(3)])
-        #expect(update.replay(from: first, events: []) == .next(State(count: 3), effects: [.persist(3)]))
+        #expect(update.replay(from: first, events: []) == Next(state: State(count: 3), effects: [.persist(3)]))
     }
 
     @Test func replayIsDeterministic() {

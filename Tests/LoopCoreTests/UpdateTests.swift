@@ -11,11 +11,12 @@ import Testing
 
     @Test(arguments: forms)
     func valueFormReturnsNextStateAndEffects(form: String, update: Update<State, Counter.Event, Counter.Effect>) {
-        #expect(update(State(count: 1), .increment) == .next(State(count: 2, history: [2]), effects: [.log("2")]))
+        #expect(update(State(count: 1), .increment) == Next(state: State(count: 2, history: [2]), effects: [.log("2")]))
         #expect(
-            update(State(count: 1), .add(4)) == .next(State(count: 5, history: [5]), effects: [.log("5"), .persist(5)])
+            update(State(count: 1), .add(4))
+                == Next(state: State(count: 5, history: [5]), effects: [.log("5"), .persist(5)])
         )
-        #expect(update(State(count: 9), .ignored) == .noChange(State(count: 9)))
+        #expect(update(State(count: 9), .ignored) == Next(state: State(count: 9)))
     }
 
     @Test(arguments: forms)

@@ -27,8 +27,8 @@ import Testing
         expected.order = ["a"]
         #expect(
             next
-                == .next(
-                    expected,
+                == Next(
+                    state: expected,
                     effects: [
                         .report("queued a"), .report("started a"),
                         .run(name: "a", attempt: 1, command: "run a", timeout: nil),
@@ -110,8 +110,8 @@ import Testing
 
     @Test func aStaleResultIsIgnored() {
         let state = submitted(["a"], retries: 1)
-        #expect(update(state, .exited(name: "a", attempt: 7, status: 0, output: "")) == .noChange(state))
-        #expect(update(state, .timedOut(name: "nobody", attempt: 1)) == .noChange(state))
+        #expect(update(state, .exited(name: "a", attempt: 7, status: 0, output: "")) == Next(state: state))
+        #expect(update(state, .timedOut(name: "nobody", attempt: 1)) == Next(state: state))
     }
 
     @Test func cancellingARunningJobStopsItsAttempt() {

@@ -181,7 +181,6 @@ import Testing
     @Test func lifecyclesAreValuesATestCanAssert() {
         #expect(EffectLifecycle.latest("search", timeout: .seconds(2)) == .latest("search", timeout: .seconds(2)))
         #expect(EffectLifecycle.latest("search") != .serial("search"))
-        #expect(EffectLifecycle.immediate == .concurrent())
         #expect(Jobs.Effect.job("a", .cancel("k")).lifecycle.policy == .cancel)
         #expect(
             EffectLifecycle.serial("job-7", timeout: .seconds(3)).description

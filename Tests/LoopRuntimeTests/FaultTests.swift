@@ -39,7 +39,7 @@ import Glibc
             var lifecycle: EffectLifecycle {
                 switch self {
                 case .work(let index) where index.isMultiple(of: 5): .concurrent("work-\(index)", timeout: .seconds(1))
-                case .work, .flood: .immediate
+                case .work, .flood: .concurrent()
                 case .search: .latest("search")
                 }
             }

@@ -80,7 +80,7 @@ import Testing
         let (recorder, gates) = (Recorded(), Gates())
         let group = group(gates: gates, recorder: recorder)
         let report = try await running(group) {
-            group.send(.run([.job("work", .immediate)]), to: "gone")
+            group.send(.run([.job("work", .concurrent())]), to: "gone")
             await waitUntil { gates.arrivals("work") == 1 }
             group.remove("gone")
             #expect(group.count == 0)

@@ -69,7 +69,9 @@ import Testing
         let recorder = Recorded()
         let gates = Gates()
         let loop = Jobs.loop(gates: gates, recorder: recorder)
-        let effects: [Jobs.Effect] = [.echo("1"), .job("2", .immediate), .echo("3"), .job("4", .immediate), .echo("5")]
+        let effects: [Jobs.Effect] = [
+            .echo("1"), .job("2", .concurrent()), .echo("3"), .job("4", .concurrent()), .echo("5"),
+        ]
         _ = try await running(loop) {
             loop.send(.run(effects))
             gates.open("2")

@@ -47,7 +47,7 @@ import Glibc
             .route({ if case .echo(let name) = $0 { name } else { nil } }, to: scripted.inline)
         let loop = Loop(program: Jobs.program, effects: router, observer: recorder)
         _ = try await running(loop) {
-            loop.send(.run([.echo("sync"), .job("async", .immediate), .job("refuse", .immediate)]))
+            loop.send(.run([.echo("sync"), .job("async", .concurrent()), .job("refuse", .concurrent())]))
             await recorder.wait(for: .processed(.note("async 2")))
             await recorder.wait(for: "the refusal") {
                 $0.contains { if case .failed(.job("refuse", _), _, _) = $0 { true } else { false } }

@@ -234,7 +234,7 @@ import Glibc
         let loop = stuckLoop(stuck, recorder: recorder, clock: clock)
         let run = Task { try await loop.run() }
         await waitUntil { loop.isRunning }
-        loop.send(.run([.job("stuck", .immediate)]))
+        loop.send(.run([.job("stuck", .concurrent())]))
         await waitUntil { stuck.arrivals == 1 }
         loop.stop(gracePeriod: .seconds(1))
         await clock.sleepers(atLeast: 1)
@@ -252,7 +252,7 @@ import Glibc
         let loop = stuckLoop(stuck, recorder: recorder, clock: clock)
         let run = Task { try await loop.run() }
         await waitUntil { loop.isRunning }
-        loop.send(.run([.job("stuck", .immediate)]))
+        loop.send(.run([.job("stuck", .concurrent())]))
         await waitUntil { stuck.arrivals == 1 }
         run.cancel()
         let report = try await endOf(run, "run() after its task was cancelled", unblocking: stuck.release)
@@ -295,7 +295,7 @@ import Glibc
         let group = Group(program: { _ in Jobs.program }, effects: Jobs.router(gates: gates), observer: recorder)
         let run = Task { try await group.run() }
         await waitUntil { group.isRunning }
-        group.send(.run([.job("slow", .immediate)]), to: "a")
+        group.send(.run([.job("slow", .concurrent())]), to: "a")
         await waitUntil { gates.arrivals("slow") == 1 }
         group.remove("a")
         let delivery = group.send(.note("again"), to: "a")

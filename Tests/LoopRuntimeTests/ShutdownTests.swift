@@ -12,7 +12,7 @@ import Testing
         let loop = Jobs.loop(gates: gates, recorder: recorder)
         let run = Task { try await loop.run() }
         await waitUntil { loop.isRunning }
-        loop.send(.run([.job("a", .immediate)]))
+        loop.send(.run([.job("a", .concurrent())]))
         await waitUntil { gates.arrivals("a") == 1 }
         loop.stop(gracePeriod: .seconds(60))
         #expect(loop.send(.note("from outside")) == .rejected(.stopping))
@@ -32,7 +32,7 @@ import Testing
         let loop = Jobs.loop(gates: gates, recorder: recorder, clock: clock)
         let run = Task { try await loop.run() }
         await waitUntil { loop.isRunning }
-        loop.send(.run([.job("stuck", .immediate), .job("queued", .serial("k")), .job("waiting", .serial("k"))]))
+        loop.send(.run([.job("stuck", .concurrent()), .job("queued", .serial("k")), .job("waiting", .serial("k"))]))
         await waitUntil { gates.arrivals("stuck") == 1 && gates.arrivals("queued") == 1 }
         loop.stop(gracePeriod: .seconds(10))
         await clock.sleepers(atLeast: 1)
@@ -66,7 +66,7 @@ import Testing
         let loop = Jobs.loop(gates: gates, recorder: recorder)
         let run = Task { try await loop.run() }
         await waitUntil { loop.isRunning }
-        loop.send(.run([.job("forever", .immediate), .job("keyed", .concurrent("k"))]))
+        loop.send(.run([.job("forever", .concurrent()), .job("keyed", .concurrent("k"))]))
         await waitUntil { gates.arrivals("forever") == 1 && gates.arrivals("keyed") == 1 }
         run.cancel()
         let report = try await run.value

@@ -25,7 +25,7 @@ enum Worker {
         var lifecycle: EffectLifecycle {
             switch self {
             case .run(let name): .serial("jobs", timeout: name == "slow" ? .seconds(3) : nil)
-            case .announce: .immediate
+            case .announce: .concurrent()
             }
         }
     }

@@ -44,15 +44,15 @@ enum Counter {
         case .increment:
             state.count += 1
             state.history.append(state.count)
-            return .next(state, effects: [.log("\(state.count)")])
+            return Next(state: state, effects: [.log("\(state.count)")])
         case .add(let amount):
             state.count += amount
             state.history.append(state.count)
-            return .next(state, effects: [.log("\(state.count)"), .persist(state.count)])
+            return Next(state: state, effects: [.log("\(state.count)"), .persist(state.count)])
         case .reset:
-            return .next(State(), effects: [.persist(0)])
+            return Next(state: State(), effects: [.persist(0)])
         case .ignored:
-            return .noChange(state)
+            return Next(state: state)
         }
     }
 }

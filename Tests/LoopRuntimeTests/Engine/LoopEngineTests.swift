@@ -11,10 +11,10 @@ import Testing
     /// An effect: synchronous or not, scheduled by its own lifecycle.
     struct Fx: Equatable, Sendable, ManagedEffect {
         var name: String
-        var lifecycle: EffectLifecycle = .immediate
+        var lifecycle: EffectLifecycle = .concurrent()
         var sync = false
 
-        static func async(_ name: String, _ lifecycle: EffectLifecycle = .immediate) -> Fx {
+        static func async(_ name: String, _ lifecycle: EffectLifecycle = .concurrent()) -> Fx {
             Fx(name: name, lifecycle: lifecycle)
         }
         static func sync(_ name: String) -> Fx { Fx(name: name, sync: true) }

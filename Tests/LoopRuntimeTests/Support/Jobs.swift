@@ -31,7 +31,7 @@ enum Jobs {
         case orphan
 
         var lifecycle: EffectLifecycle {
-            if case .job(_, let lifecycle) = self { lifecycle } else { .immediate }
+            if case .job(_, let lifecycle) = self { lifecycle } else { .concurrent() }
         }
     }
 
