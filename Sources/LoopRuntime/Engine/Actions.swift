@@ -252,12 +252,9 @@ struct Finish<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// The cancel handles of the abandoned effects that run in tasks of their own.
     @usableFromInline
     var cancelling: [CancelHandle] = []
-    /// Async senders still waiting for room, turned away with `rejection`.
+    /// Async senders still waiting for room, turned away: the loop has stopped.
     @usableFromInline
     var senders: [CheckedContinuation<Delivery, Never>] = []
-    /// Why waiting senders are turned away.
-    @usableFromInline
-    var rejection = Rejection.stopped
     /// State-stream consumers waiting for a change: their streams end.
     @usableFromInline
     var subscribers: [CheckedContinuation<State?, Never>] = []
@@ -283,7 +280,7 @@ extension Finish: Equatable where Event: Equatable, Effect: Equatable {
         lhs.ending == rhs.ending && lhs.host === rhs.host && lhs.dropped == rhs.dropped
             && lhs.cancelled == rhs.cancelled && lhs.abandoned == rhs.abandoned
             && lhs.cancelling == rhs.cancelling && lhs.senders.count == rhs.senders.count
-            && lhs.rejection == rhs.rejection && lhs.subscribers.count == rhs.subscribers.count
+            && lhs.subscribers.count == rhs.subscribers.count
             && lhs.startWaiters.count == rhs.startWaiters.count
     }
 }

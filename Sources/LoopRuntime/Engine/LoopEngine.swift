@@ -43,7 +43,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     /// What the drainer does next.
     @usableFromInline
-    enum Next {
+    enum Drain {
         /// Perform this step, then ask again.
         case step(Step<State, Event, Effect>)
         /// Events were processed completely; release the lock and ask again.
@@ -325,7 +325,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// a batch, stopping at the first that does (returned as a step), at the batch limit, or when the
     /// inbox is empty, which ends the drain (and the shutdown, if nothing else is left).
     @inlinable
-    mutating func nextStep() -> Next {
+    mutating func nextStep() -> Drain {
         var processed = 0
         while isRunning, let envelope = inbox.popFirst() {
             var step = process(envelope)
@@ -463,7 +463,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     mutating func stop() -> Stop {
         switch lifecycle {
         case .idle:
-            return .finished(end(.neverStarted, rejecting: .stopped))
+            return .finished(close(.neverStarted))
         case .running(let host, let draining):
             lifecycle = .stopping(host, draining: draining)
             let senders = takeWaitingSenders()
@@ -480,7 +480,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     mutating func expire(_ ending: LoopReport.Ending) -> Finish<State, Event, Effect>? {
         if case .stopped = lifecycle { return nil }
-        return end(ending, rejecting: .stopped)
+        return close(ending)
     }
 
     /// The loop's graceful shutdown, if nothing is left to do.
@@ -488,12 +488,12 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     mutating func finishIfQuiet() -> Finish<State, Event, Effect>? {
         guard case .stopping(_, draining: false) = lifecycle, inbox.isEmpty, effects.isEmpty, pendingMapped == 0
         else { return nil }
-        return end(.drained, rejecting: .stopped)
+        return close(.drained)
     }
 
     /// Moves to `.stopped(ending)` and collects everything to release.
     @inlinable
-    mutating func end(_ ending: LoopReport.Ending, rejecting rejection: Rejection) -> Finish<State, Event, Effect> {
+    mutating func close(_ ending: LoopReport.Ending) -> Finish<State, Event, Effect> {
         var finish = Finish<State, Event, Effect>(ending: ending, host: host)
         lifecycle = .stopped(ending)
         report.ending = ending
@@ -501,7 +501,6 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         report.eventsDropped += finish.dropped.count
         (finish.abandoned, finish.cancelling, finish.cancelled) = effects.abandonAll(report: &report)
         finish.senders = takeWaitingSenders()
-        finish.rejection = rejection
         finish.subscribers = subscribers.end()
         finish.idleWaiters = takeIdleWaiters()
         finish.startWaiters = startWaiters.map { $0.waiter }
@@ -524,7 +523,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     mutating func end(_ admitted: Admitted<Effect, Event>, _ result: EffectOutcome) -> EffectEnd? {
         guard !isStopped, let ended = effects.end(admitted, result, report: &report) else { return nil }
-        return conclude(ended)
+        return settle(ended)
     }
 
     /// Effect `id` ran past `timeout`: it ends now, reported timed out. Returns its end and the handle to
@@ -537,11 +536,11 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     ) -> (EffectEnd, CancelHandle?)? {
         let timing = effects.timeOut(id, after: timeout, handlerRunning: handlerRunning, report: &report)
         guard let (ended, cancel) = timing else { return nil }
-        return (conclude(ended), cancel)
+        return (settle(ended), cancel)
     }
 
     @inlinable
-    mutating func conclude(
+    mutating func settle(
         _ ended: EffectTable<Effect, Event>.Ended,
     ) -> EffectEnd {
         var mapped: Event?
@@ -586,7 +585,7 @@ extension LoopEngine.Lifecycle: Equatable {
 }
 
 extension LoopEngine.Reception: Equatable where Event: Equatable, Effect: Equatable {}
-extension LoopEngine.Next: Equatable where Event: Equatable, Effect: Equatable {
+extension LoopEngine.Drain: Equatable where Event: Equatable, Effect: Equatable {
     @inlinable
     static func == (lhs: Self, rhs: Self) -> Bool {
         switch (lhs, rhs) {

@@ -110,7 +110,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
             if case .rejected(let rejection) = delivery {
                 context.observeGroup(.eventRejected(event, reason: rejection), entity: id)
             }
-            if let first { loop.begin(first) }
+            if let first { loop.start(with: first) }
             return delivery
         }
     }
@@ -208,7 +208,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
             )
         )
         for waiter in waiters { waiter.resume(returning: true) }
-        for (loop, first) in started { loop.begin(first) }
+        for (loop, first) in started { loop.start(with: first) }
         await withTaskCancellationHandler {
             await host.ended()
         } onCancel: {

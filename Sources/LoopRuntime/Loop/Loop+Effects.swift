@@ -96,7 +96,7 @@ extension Loop {
     @inlinable
     func ended(_ admitted: Admitted<Effect, Event>, _ result: EffectOutcome) {
         guard let end = storage.withLock({ $0.end(admitted, result) }) else { return }
-        conclude(end)
+        report(end)
     }
 
     /// Effect `id` ran past `timeout`: it is reported timed out now; its handler is cancelled.
@@ -107,13 +107,13 @@ extension Loop {
         }
         guard let (end, cancel) = timing else { return }
         cancel?.cancel()
-        conclude(end)
+        report(end)
     }
 
     /// Reports an effect's end, delivers the event its error maps to, starts the effect queued behind it,
     /// and finishes the loop's shutdown if that was the last thing it waited for.
     @inlinable
-    func conclude(_ end: LoopEngine<State, Event, Effect>.EffectEnd) {
+    func report(_ end: LoopEngine<State, Event, Effect>.EffectEnd) {
         switch end.outcome {
         case .completed:
             observe(.effectCompleted(end.effect))

@@ -16,7 +16,7 @@ extension Loop {
     @discardableResult
     public func run() async throws -> LoopReport {
         let host = Host(clock: context.clock)
-        let start = try claim(for: host)
+        let first = try claim(for: host)
         let sourcesStop = OneShotSignal()
         let sources: (@Sendable () async -> Void)? =
             context.sources.isEmpty ? nil : { @Sendable in await self.runSources(until: sourcesStop) }
@@ -31,7 +31,7 @@ extension Loop {
                 }
             )
         )
-        begin(start)
+        start(with: first)
         await withTaskCancellationHandler {
             await host.ended()
         } onCancel: {
@@ -58,7 +58,7 @@ extension Loop {
 
     /// For the claimer: starts the start-up effects, then processes the events queued so far.
     @inlinable
-    func begin(_ first: Dispatch<Effect, Event>) {
+    func start(with first: Dispatch<Effect, Event>) {
         if !first.isEmpty { dispatch(first, send: effectSend) }
         drain(from: nil)
     }

@@ -137,7 +137,7 @@ extension Loop {
     @usableFromInline
     func complete(_ finish: Finish<State, Event, Effect>) {
         for subscriber in finish.subscribers { subscriber.resume(returning: nil) }
-        for sender in finish.senders { sender.resume(returning: .rejected(finish.rejection)) }
+        for sender in finish.senders { sender.resume(returning: .rejected(.stopped)) }
         for waiter in finish.startWaiters { waiter.resume(returning: false) }
         for waiter in finish.idleWaiters { waiter.resume() }
         for handle in finish.cancelling { handle.cancel() }
