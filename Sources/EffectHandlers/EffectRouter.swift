@@ -12,6 +12,10 @@ public import LoopCore
 /// Routes are tried in the order they were added; the first whose extraction returns a value handles
 /// the effect. An effect no route accepts is not lost: it is reported as ``EffectError/unrouted``. When
 /// `Effect` conforms to ``ManagedEffect``, the router schedules each effect by its lifecycle.
+///
+/// The extraction closures, an effect's lifecycle and the error mapping are called while the loop
+/// holds its lock, as the update is: like the update, they must be quick and pure, and must not call
+/// into the loop (its `send`, `state` or `stop`). Handlers are called after the lock is released.
 public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     /// How one effect is performed, as chosen by its route. The closures are stored in the route, so
     /// choosing one allocates nothing; call them with the effect.
@@ -118,9 +122,21 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         return copy
     }
 
+    /// The same router with a synchronous route tried before every other one.
+    @inlinable
+    package func routeFirst<Payload>(
+        _ extract: @escaping @Sendable (Effect) -> Payload?,
+        to handler: some SyncEffectHandler<Payload, Event>
+    ) -> EffectRouter {
+        var copy = route(extract, to: handler)
+        copy.routes.insert(copy.routes.removeLast(), at: 0)
+        return copy
+    }
+
     /// Makes the effects `extract` recognises stop the loop that performs them: gracefully, within the
-    /// grace period `extract` returns (see the loop's `stop(gracePeriod:)`). A loop of a group stops and
-    /// is removed from it.
+    /// grace period `extract` returns (see the loop's `stop(gracePeriod:)`). A loop of a group leaves it
+    /// at once, as the group's `remove(_:)` does: its id is free for a new loop, and it finishes its
+    /// effects within the group's own shutdown (the grace period `extract` returns does not apply).
     ///
     /// The program decides when to stop, as a value a test asserts; no handler needs the loop.
     ///

@@ -5,8 +5,9 @@
 public struct LoopReport: Hashable, Sendable, CustomStringConvertible {
     /// How a loop stopped.
     public enum Ending: Hashable, Sendable {
-        /// Graceful shutdown: every event the loop accepted was processed, and every effect it started
-        /// ended on its own.
+        /// Graceful shutdown: every event the loop accepted was processed (but for those a drop-oldest
+        /// inbox replaced by newer ones, by design, counted in ``LoopReport/eventsDropped``), and every
+        /// effect it started ended on its own.
         case drained
         /// Graceful shutdown reached its deadline with work left: queued events were dropped, effects not
         /// yet started were cancelled, and effects still running were cancelled and abandoned (``LoopReport/effectsAbandoned``).
@@ -66,9 +67,9 @@ public struct LoopReport: Hashable, Sendable, CustomStringConvertible {
             - effectsAbandoned
     }
 
-    /// Effects cancelled after they started (those cancelled while queued never started).
-    @usableFromInline
-    var effectsCancelledAfterStart = 0
+    /// Effects cancelled after they started (those cancelled while queued, or before their task began,
+    /// never started). Part of ``effectsCancelled``.
+    public var effectsCancelledAfterStart = 0
 
     /// One line with every count.
     public var description: String {

@@ -58,7 +58,7 @@ public final class LoopStore<State: Sendable, Input: Sendable, Feedback: Sendabl
         self.outputs = outputs
         self.publish = publish
         let published = router.mapEvents { Message<Input, Feedback>.feedback($0) }
-            .route(output, to: ClosureSyncEffectHandler { value, _ in publish.yield(value) })
+            .routeFirst(output, to: ClosureSyncEffectHandler { value, _ in publish.yield(value) })
         self.loop = Loop(
             program: program,
             effects: published,
@@ -97,11 +97,13 @@ public final class LoopStore<State: Sendable, Input: Sendable, Feedback: Sendabl
     /// Returns once `run()` has started the loop; see ``Loop/waitUntilRunning()``.
     public func waitUntilRunning() async -> Bool { await loop.waitUntilRunning() }
 
-    /// Runs the loop until it stops, then ends ``outputs``; see ``Loop/run()``.
+    /// Runs the loop until it stops, then ends ``outputs``; see ``Loop/run()``. A second call throws
+    /// and leaves the running loop's outputs alone.
     @discardableResult
     public func run() async throws -> LoopReport {
-        defer { publish.finish() }
-        return try await loop.run()
+        let report = try await loop.run()
+        publish.finish()
+        return report
     }
 
     /// Shuts the loop down gracefully; see ``Loop/stop(gracePeriod:)``.

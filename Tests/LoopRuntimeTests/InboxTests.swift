@@ -93,4 +93,20 @@ import Testing
         #expect(loop.state.items == [1])
         #expect(report.eventsProcessed + report.eventsRejected + report.eventsDropped == report.eventsSent)
     }
+
+    @Test func aWaitingSenderTurnedAwayByTheStopIsReportedToTheObserver() async throws {
+        let busy = BusyLoop(.bounded(1, whenFull: .suspendSender))
+        let loop = busy.loop
+        let report = try await running(loop) {
+            await busy.hold()
+            loop.send(.append(1))
+            let waiting = Task { await loop.sendWaitingForRoom(.append(2)) }
+            await waitUntil { loop.report.sendersWaiting == 1 }
+            loop.stop()
+            #expect(await waiting.value == .rejected(.stopping))
+            busy.release()
+        }
+        #expect(busy.recorder.entries.contains(.rejected(.append(2), .stopping)))
+        #expect(report.eventsProcessed + report.eventsRejected + report.eventsDropped == report.eventsSent)
+    }
 }

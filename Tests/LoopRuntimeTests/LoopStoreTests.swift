@@ -86,6 +86,18 @@ enum Numbers {
         #expect(report.eventsProcessed == 6)
     }
 
+    @Test func aSecondRunIsRefusedAndTheFirstRunKeepsItsOutputs() async throws {
+        let store = LoopStore(program: Numbers.program, effects: Numbers.router(), output: Numbers.output)
+        let run = Task { try await store.run() }
+        _ = await store.waitUntilRunning()
+        await #expect(throws: LoopError.alreadyRunning) { try await store.run() }
+        var outputs = store.outputs.makeAsyncIterator()
+        store.send(.add(7))
+        #expect(await outputs.next() == .primeReached(7))
+        store.stop()
+        _ = try await run.value
+    }
+
     @Test func inputSourcesFeedInputs() async throws {
         let store = LoopStore(
             program: Numbers.program,

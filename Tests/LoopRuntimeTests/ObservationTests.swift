@@ -116,8 +116,9 @@ import Testing
         _ = await group.waitUntilRunning()
         group.send(.add(5), to: "a")
         group.send(.quit, to: "a")
-        await waitUntil { group.count == 0 }
-        group.send(.add(1), to: "a")
+        // The sender processed `quit` itself, so the loop left the group before `send` returned.
+        #expect(group.count == 0)
+        #expect(group.send(.add(1), to: "a") == .accepted)
         #expect(group.state(of: "a") == 1)
         group.stop()
         let report = try await run.value

@@ -252,9 +252,9 @@ struct Finish<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// The cancel handles of the abandoned effects that run in tasks of their own.
     @usableFromInline
     var cancelling: [CancelHandle] = []
-    /// Async senders still waiting for room, turned away: the loop has stopped.
+    /// Async senders still waiting for room, with their events, turned away: the loop has stopped.
     @usableFromInline
-    var senders: [CheckedContinuation<Delivery, Never>] = []
+    var senders: [TurnedAway<Event>] = []
     /// State-stream consumers waiting for a change: their streams end.
     @usableFromInline
     var subscribers: [CheckedContinuation<State?, Never>] = []
@@ -282,5 +282,20 @@ extension Finish: Equatable where Event: Equatable, Effect: Equatable {
             && lhs.cancelling == rhs.cancelling && lhs.senders.count == rhs.senders.count
             && lhs.subscribers.count == rhs.subscribers.count
             && lhs.startWaiters.count == rhs.startWaiters.count
+    }
+}
+
+/// An async sender turned away while it waited for room, with its event (for the observer).
+@usableFromInline
+struct TurnedAway<Event: Sendable> {
+    @usableFromInline
+    var event: Event
+    @usableFromInline
+    var sender: CheckedContinuation<Delivery, Never>
+
+    @inlinable
+    init(event: Event, sender: CheckedContinuation<Delivery, Never>) {
+        self.event = event
+        self.sender = sender
     }
 }

@@ -209,9 +209,10 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         }
     }
 
-    /// `id` ran past `timeout`: it ends now, timed out; its handler's later return is ignored (while
-    /// `handlerRunning`, it is counted as a straggler until then). `nil` if it had already ended, was
-    /// cancelled, or had not begun.
+    /// `id` ran past `timeout`: it ends now, timed out (or cancelled, if the loop had asked it to
+    /// cancel and its handler has not noticed); its handler's later return is ignored (while
+    /// `handlerRunning`, it is counted as a straggler until then). `nil` if it had already ended or had
+    /// not begun.
     @inlinable
     mutating func timeOut(
         _ id: UInt64,
@@ -219,13 +220,14 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         handlerRunning: Bool,
         report: inout LoopReport
     ) -> (Ended, CancelHandle?)? {
-        guard let entry = running[id], entry.begun, !entry.cancelRequested else { return nil }
+        guard let entry = running[id], entry.begun else { return nil }
         running[id] = nil
         if handlerRunning { stragglers.insert(id) }
-        report.effectsTimedOut += 1
+        let outcome: EffectOutcome = entry.cancelRequested ? .cancelled : .timedOut(timeout)
+        Self.count(outcome, report: &report)
         let ended = Ended(
             effect: entry.effect,
-            outcome: .timedOut(timeout),
+            outcome: outcome,
             next: release(id, key: entry.key, report: &report)
         )
         return (ended, entry.cancel)

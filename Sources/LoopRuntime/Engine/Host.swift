@@ -62,19 +62,21 @@ final class Host: Sendable {
         var sources: (@Sendable () async -> Void)?
         var shutdown: Shutdown?
 
+        /// The next command. A cancellation or the deadline comes before jobs, so a stream of new effects
+        /// cannot postpone them (the jobs left are abandoned when the host closes).
         mutating func take() -> Command? {
+            if cancelled { return .cancelled }
+            if deadline {
+                deadline = false
+                return .deadline
+            }
             if !jobs.isEmpty {
                 defer { jobs = [] }
                 return .spawn(jobs)
             }
-            if cancelled { return .cancelled }
             if let gracePeriod = stop {
                 stop = nil
                 return .stop(gracePeriod: gracePeriod)
-            }
-            if deadline {
-                deadline = false
-                return .deadline
             }
             if quiescent {
                 quiescent = false
@@ -122,10 +124,16 @@ final class Host: Sendable {
         }
     }
 
-    /// The task running `run()` was cancelled.
+    /// The task running `run()` was cancelled. Once the hosting task no longer coordinates (every
+    /// member stopped, the group waiting for a source), `run()`'s wait ends at once.
     @usableFromInline
     func cancel() {
-        post { $0.cancelled = true }
+        var endNow = false
+        post { mailbox in
+            mailbox.cancelled = true
+            endNow = !mailbox.coordinating
+        }
+        if endNow { end() }
     }
 
     /// A loop runs on this host from now on.
@@ -208,7 +216,14 @@ final class Host: Sendable {
     }
 
     private func coordinate(group: inout DiscardingTaskGroup, shutdown: Shutdown) async {
-        defer { mailbox.withLock { $0.coordinating = false } }
+        defer {
+            // A deadline or cancellation posted after the last command was taken is not lost.
+            let pending = mailbox.withLock { mailbox in
+                mailbox.coordinating = false
+                return mailbox.deadline || mailbox.cancelled
+            }
+            if pending { end() }
+        }
         while true {
             switch await next() {
             case .spawn(let jobs):
@@ -243,8 +258,13 @@ final class Host: Sendable {
         let clock = self.clock
         let timer = Task {
             do { try await clock.sleep(for: gracePeriod) } catch { return }
-            let coordinating = self.mailbox.withLock { $0.coordinating }
-            if coordinating { self.post { $0.deadline = true } } else { self.end() }
+            // Decided in the same hold of the lock as the post, so the coordinator cannot stop
+            // coordinating in between and leave the deadline unheard.
+            var endNow = false
+            self.post { mailbox in
+                if mailbox.coordinating { mailbox.deadline = true } else { endNow = true }
+            }
+            if endNow { self.end() }
         }
         let keep = mailbox.withLock { mailbox -> Bool in
             guard mailbox.timer == nil, !mailbox.ended else { return false }

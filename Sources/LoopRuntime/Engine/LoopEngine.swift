@@ -72,7 +72,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         /// Nothing: the loop is already stopping or stopped.
         case none
         /// Graceful shutdown began on `host`: turn `senders` away; `finish` if nothing was left to do.
-        case stopping(Host, senders: [CheckedContinuation<Delivery, Never>], finish: Finish<State, Event, Effect>?)
+        case stopping(Host, senders: [TurnedAway<Event>], finish: Finish<State, Event, Effect>?)
         /// The loop had never run: it stopped for good.
         case finished(Finish<State, Event, Effect>)
     }
@@ -446,12 +446,12 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     /// Turns away every waiting sender, counting their events rejected.
     @inlinable
-    mutating func takeWaitingSenders() -> [CheckedContinuation<Delivery, Never>] {
+    mutating func takeWaitingSenders() -> [TurnedAway<Event>] {
         let waiting = waitingSenders
         waitingSenders = []
         report.eventsSent += waiting.count
         report.eventsRejected += waiting.count
-        return waiting.map { $0.continuation }
+        return waiting.map { TurnedAway(event: $0.event, sender: $0.continuation) }
     }
 
     // MARK: Stopping
@@ -526,14 +526,16 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         return settle(ended)
     }
 
-    /// Effect `id` ran past `timeout`: it ends now, reported timed out. Returns its end and the handle to
-    /// cancel its handler, whose later return is ignored.
+    /// Effect `id` ran past `timeout`: it ends now, reported timed out (cancelled, if the loop had asked
+    /// it to cancel). Returns its end and the handle to cancel its handler, whose later return is
+    /// ignored.
     @inlinable
     mutating func timeOut(
         _ id: UInt64,
         after timeout: Duration,
         handlerRunning: Bool
     ) -> (EffectEnd, CancelHandle?)? {
+        guard !isStopped else { return nil }
         let timing = effects.timeOut(id, after: timeout, handlerRunning: handlerRunning, report: &report)
         guard let (ended, cancel) = timing else { return nil }
         return (settle(ended), cancel)

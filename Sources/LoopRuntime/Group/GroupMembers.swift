@@ -137,16 +137,18 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
     }
 
     /// Graceful stop: the host to stop (if running) and the loops to stop. A group that never ran stops
-    /// for good.
+    /// for good, in the same step releasing the tasks waiting for it to start (it never will).
     @inlinable
-    mutating func stop() -> (host: Host?, loops: [Member])? {
+    mutating func stop() -> (host: Host?, loops: [Member], startWaiters: [CheckedContinuation<Bool, Never>])? {
         switch lifecycle {
         case .idle:
             lifecycle = .stopped
-            return (nil, all)
+            finished.ending = .neverStarted
+            defer { startWaiters = [] }
+            return (nil, all, startWaiters.map { $0.waiter })
         case .running(let host):
             lifecycle = .stopping(host)
-            return (host, all)
+            return (host, all, [])
         case .stopping, .stopped:
             return nil
         }
@@ -164,12 +166,17 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
     /// one stopped with the whole group stays, so its final state is readable.
     @inlinable
     mutating func release(_ loop: Member, report: LoopReport) {
-        if retiring.removeValue(forKey: ObjectIdentifier(loop)) == nil {
-            // A loop that stopped itself while the group runs leaves it, like a removed one.
-            guard case .running = lifecycle, let id = loop.entity as? ID, loops[id] === loop else { return }
-            loops[id] = nil
-        }
+        guard retiring.removeValue(forKey: ObjectIdentifier(loop)) != nil else { return }
         finished = finished.adding(report)
+    }
+
+    /// A loop asked to stop itself: while the group runs, it retires as a removed one does (its id is
+    /// free at once); `false` when it is not the group's loop for its id, or the group is stopping, in
+    /// which case it stops with the group.
+    @inlinable
+    mutating func retire(_ loop: Member) -> Bool {
+        guard case .running = lifecycle, let id = loop.entity as? ID, loops[id] === loop else { return false }
+        return remove(id) != nil
     }
 
     /// `run()` has returned.

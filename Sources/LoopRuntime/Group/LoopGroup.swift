@@ -96,8 +96,11 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     /// Creates the loop for `id`, outside the lock, and inserts it with `event`.
     @inlinable
     func create(_ id: ID, with event: Event) -> Delivery {
-        let loop = Loop(program: program(id), context: context, entity: id) { [weak self] loop in
-            self?.release(loop)
+        let loop = Loop(program: program(id), context: context, entity: id) { [weak self] loop, notice in
+            switch notice {
+            case .stopped: self?.release(loop)
+            case .stopRequested: self?.retire(loop)
+            }
         }
         let insertion = members.withLock { $0.insert(loop, for: id, event: event) }
         switch insertion {
@@ -143,6 +146,13 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     /// readable.
     public func remove(_ id: ID) {
         members.withLock { $0.remove(id) }?.beginStopping()
+    }
+
+    /// A loop's program asked it to stop: it leaves the group as a removed one does.
+    @usableFromInline
+    func retire(_ loop: Loop<State, Event, Effect>) {
+        let retiring = members.withLock { $0.retire(loop) }
+        if retiring { loop.beginStopping() }
     }
 
     /// A loop has stopped: one that was removed is released.
@@ -234,19 +244,11 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     /// cancelled or abandoned, and `run()` returns. Called before `run()`, it stops the group for good:
     /// its loops never run, and the events sent to them are dropped and counted.
     public func stop(gracePeriod: Duration = .seconds(30)) {
-        guard let (host, loops) = members.withLock({ $0.stop() }) else { return }
+        guard let (host, loops, startWaiters) = members.withLock({ $0.stop() }) else { return }
         if host != nil { context.observeGroup(.stopping, entity: nil) }
         for loop in loops { loop.beginStopping() }
-        if let host {
-            host.requestStop(gracePeriod: gracePeriod)
-        } else {
-            let waiters = members.withLock { members in
-                members.finished.ending = .neverStarted
-                defer { members.startWaiters = [] }
-                return members.startWaiters.map { $0.waiter }
-            }
-            for waiter in waiters { waiter.resume(returning: false) }
-        }
+        if let host { host.requestStop(gracePeriod: gracePeriod) }
+        for waiter in startWaiters { waiter.resume(returning: false) }
     }
 }
 

@@ -45,13 +45,16 @@ extension Loop {
     /// Claims the loop for `host`; what to start with. The caller holds the drain baton.
     @inlinable
     func claim(for host: Host) throws(LoopError) -> Dispatch<Effect, Event> {
+        // Joined before the claim: a stop that follows the claim at once must find the host with this
+        // loop as a member, or the host would close before the loop started its effects.
+        host.join()
         let claim = storage.withLock { $0.claim(host, first: firstEffects) }
         switch claim {
         case .started(let first, let waiters):
-            host.join()
             for waiter in waiters { waiter.resume(returning: true) }
             return first
         case .refused(let error):
+            host.leave()
             throw error
         }
     }
@@ -90,7 +93,10 @@ extension Loop {
         case .none:
             return nil
         case .stopping(let host, let senders, let finish):
-            for sender in senders { sender.resume(returning: .rejected(.stopping)) }
+            for turned in senders {
+                observe(.eventRejected(turned.event, reason: .stopping))
+                turned.sender.resume(returning: .rejected(.stopping))
+            }
             observe(.stopping)
             if let finish { complete(finish) }
             return host

@@ -116,10 +116,10 @@ extension Loop {
     func stopItself(gracePeriod: Duration, asked effect: Effect) {
         if context.sink != nil { observe(.effectStarted(effect, lifecycle: context.router.lifecycle(of: effect))) }
         countSync(completed: true)
-        if onStopped == nil {
-            stop(gracePeriod: gracePeriod)
+        if let notifyGroup {
+            notifyGroup(self, .stopRequested)
         } else {
-            beginStopping()
+            stop(gracePeriod: gracePeriod)
         }
         observe(.effectCompleted(effect))
     }
@@ -137,7 +137,10 @@ extension Loop {
     @usableFromInline
     func complete(_ finish: Finish<State, Event, Effect>) {
         for subscriber in finish.subscribers { subscriber.resume(returning: nil) }
-        for sender in finish.senders { sender.resume(returning: .rejected(.stopped)) }
+        for turned in finish.senders {
+            observe(.eventRejected(turned.event, reason: .stopped))
+            turned.sender.resume(returning: .rejected(.stopped))
+        }
         for waiter in finish.startWaiters { waiter.resume(returning: false) }
         for waiter in finish.idleWaiters { waiter.resume() }
         for handle in finish.cancelling { handle.cancel() }
@@ -145,7 +148,7 @@ extension Loop {
         for effect in finish.cancelled { observe(.effectCancelled(effect)) }
         for effect in finish.abandoned { observe(.effectAbandoned(effect)) }
         if context.sink != nil { observe(.stopped(report)) }
-        onStopped?(self)
+        notifyGroup?(self, .stopped)
         finish.host?.leave()
     }
 }

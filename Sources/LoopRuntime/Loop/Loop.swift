@@ -38,9 +38,10 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// The id of this loop in its group, for the group's observer; `nil` for a standalone loop.
     @usableFromInline
     let entity: (any Sendable)?
-    /// Called once when this loop, hosted by a group, has stopped.
+    /// Tells the group hosting this loop that it stopped, or that its program asked it to stop; `nil`
+    /// for a standalone loop.
     @usableFromInline
-    let onStopped: (@Sendable (Loop) -> Void)?
+    let notifyGroup: (@Sendable (Loop, GroupNotice) -> Void)?
     let identifiers = Atomic<UInt64>(0)
     private let syncCompleted = Atomic<Int>(0)
     private let syncFailed = Atomic<Int>(0)
@@ -79,7 +80,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
             program: program,
             context: LoopContext(router: router, sources: sources, sink: sink, clock: clock, inbox: inbox),
             entity: nil,
-            onStopped: nil
+            notifyGroup: nil
         )
     }
 
@@ -88,7 +89,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         program: Program<State, Event, Effect>,
         context: LoopContext<State, Event, Effect>,
         entity: (any Sendable)?,
-        onStopped: (@Sendable (Loop) -> Void)?
+        notifyGroup: (@Sendable (Loop, GroupNotice) -> Void)?
     ) {
         let first = program.first
         self.storage = Locked(
@@ -102,7 +103,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         self.firstEffects = first.effects
         self.context = context
         self.entity = entity
-        self.onStopped = onStopped
+        self.notifyGroup = notifyGroup
     }
 
     @inlinable
@@ -259,4 +260,13 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     public var states: LoopStates<State> {
         LoopStates(feed: self)
     }
+}
+
+/// What a loop tells the group that hosts it.
+@usableFromInline
+enum GroupNotice: Sendable {
+    /// The loop has stopped.
+    case stopped
+    /// The loop's program asked it to stop (``EffectHandlers/EffectRouter/stopLoop(on:)``).
+    case stopRequested
 }

@@ -520,4 +520,20 @@ import Testing
         let action49 = engine.expire(.deadlineExceeded)
         #expect(action49 != nil && engine.report.timedOutStillRunning == 1)
     }
+
+    @Test func anEffectAskedToCancelThatOutlivesItsTimeoutEndsCancelledAndFreesItsKey() {
+        var engine = running()
+        let first = Fx.async("first", .serial("k", timeout: .seconds(1)))
+        let second = Fx.async("second", .serial("k"))
+        _ = engine.receive(.emit([first, second]), from: .outside)
+        _ = engine.nextStep()
+        _ = engine.begin(1, cancel: CancelHandle(id: 1) {})
+        let cancel = Fx.async("cancel", .cancel("k"))
+        _ = engine.receive(.emit([cancel]), from: .outside)
+        let timing = engine.timeOut(1, after: .seconds(1), handlerRunning: true)
+        #expect(timing?.0.outcome == .cancelled)
+        #expect(timing?.0.next == nil)
+        #expect(engine.effects.isEmpty && engine.effects.stragglers == [1])
+        #expect(engine.report.effectsCancelled == 2 && engine.report.effectsTimedOut == 0)
+    }
 }
