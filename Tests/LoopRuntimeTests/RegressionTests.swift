@@ -87,13 +87,8 @@ import Glibc
             await waitUntil { progress.load(ordering: .relaxed) >= 50_000 }
             let report = try await group.run()
             for thread in senders + [stopper] { thread.join() }
-            let final = group.report
-            let taken = accepted.load(ordering: .relaxed)
-            if report.eventsProcessed != taken || final.eventsProcessed != taken || final.eventsQueued != 0 {
-                lost.append(
-                    "accepted \(taken); processed \(report.eventsProcessed) by run(), "
-                        + "\(final.eventsProcessed) in the end; \(final.eventsQueued) left queued"
-                )
+            if let loss = Self.loss(accepted: accepted.load(ordering: .relaxed), report: report, final: group.report) {
+                lost.append(loss)
             }
         }
         #expect(lost.isEmpty, "\(lost.count) of \(rounds) rounds lost events; the first: \(lost.first ?? "")")
@@ -131,16 +126,19 @@ import Glibc
             go.store(true, ordering: .releasing)
             let report = try await run.value
             for thread in senders + [stopper] { thread.join() }
-            let final = group.report
-            let taken = accepted.load(ordering: .relaxed)
-            if report.eventsProcessed != taken || final.eventsProcessed != taken || final.eventsQueued != 0 {
-                lost.append(
-                    "accepted \(taken); processed \(report.eventsProcessed) by run(), "
-                        + "\(final.eventsProcessed) in the end; \(final.eventsQueued) left queued"
-                )
+            if let loss = Self.loss(accepted: accepted.load(ordering: .relaxed), report: report, final: group.report) {
+                lost.append(loss)
             }
         }
         #expect(lost.isEmpty, "\(lost.count) of \(rounds) rounds lost events; the first: \(lost.first ?? "")")
+    }
+
+    /// What a round lost: a description, or `nil` when every accepted event was processed.
+    static func loss(accepted: Int, report: LoopReport, final: LoopReport) -> String? {
+        guard report.eventsProcessed != accepted || final.eventsProcessed != accepted || final.eventsQueued != 0
+        else { return nil }
+        return "accepted \(accepted); processed \(report.eventsProcessed) by run(), "
+            + "\(final.eventsProcessed) in the end; \(final.eventsQueued) left queued"
     }
 
     // MARK: 2. Stopping a loop that never ran
