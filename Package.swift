@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "LoopRuntime", targets: ["LoopRuntime"]),
         .library(name: "LoopTesting", targets: ["LoopTesting"]),
         .library(name: "LoopJournal", targets: ["LoopJournal"]),
+        .library(name: "LoopPersistence", targets: ["LoopPersistence"]),
         .executable(name: "loop-bench", targets: ["loop-bench"]),
         .executable(name: "loop-demo", targets: ["loop-demo"]),
     ],
@@ -20,7 +21,11 @@ let package = Package(
         .target(name: "EventSources", dependencies: ["LoopCore"]),
         .target(name: "LoopRuntime", dependencies: ["LoopCore", "EffectHandlers", "EventSources"]),
         .target(name: "LoopJournal", dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime"]),
-        .target(name: "LoopTesting", dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"]),
+        .target(name: "LoopPersistence", dependencies: ["LoopCore", "LoopRuntime"]),
+        .target(
+            name: "LoopTesting",
+            dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopPersistence"]
+        ),
         .target(
             name: "LoopDemo",
             dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopJournal"]
@@ -48,6 +53,7 @@ let package = Package(
             name: "LoopJournalTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopJournal"]
         ),
+        .testTarget(name: "LoopPersistenceTests", dependencies: ["LoopPersistence", "LoopTesting"]),
         .testTarget(
             name: "LoopRuntimeTests",
             dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopTesting"]

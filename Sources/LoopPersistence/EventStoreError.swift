@@ -1,0 +1,45 @@
+/// Why an event store refused or failed an operation: a value, never a crash.
+public struct EventStoreError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// What went wrong.
+    public enum Kind: Hashable, Sendable {
+        /// The stream was not at the version the append expected: another writer got there first.
+        /// Nothing was written.
+        case versionConflict(expected: UInt64, actual: UInt64)
+        /// The stored data is damaged where the store can name it (a file and an offset, say).
+        case corrupted(location: String, reason: String)
+        /// A read or write failed (`errno`-style code and what was being done). Nothing partial stays.
+        case io(code: Int32, action: String)
+        /// The store is closed, or another process holds it.
+        case unavailable(reason: String)
+        /// An argument the caller controls is not acceptable (an empty batch, a version from the future).
+        case invalid(reason: String)
+    }
+
+    /// The stream concerned, if one.
+    public var stream: String?
+    /// What went wrong.
+    public var kind: Kind
+
+    /// Creates an error about `stream`.
+    public init(_ kind: Kind, stream: String? = nil) {
+        self.kind = kind
+        self.stream = stream
+    }
+
+    /// A sentence naming the stream and what went wrong.
+    public var description: String {
+        let subject = stream.map { "stream '\($0)': " } ?? ""
+        switch kind {
+        case .versionConflict(let expected, let actual):
+            return subject + "version conflict: expected version \(expected), the stream is at \(actual)"
+        case .corrupted(let location, let reason):
+            return subject + "corrupted data at \(location): \(reason)"
+        case .io(let code, let action):
+            return subject + "cannot \(action) (errno \(code))"
+        case .unavailable(let reason):
+            return subject + "store unavailable: \(reason)"
+        case .invalid(let reason):
+            return subject + "invalid request: \(reason)"
+        }
+    }
+}
