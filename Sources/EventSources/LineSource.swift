@@ -14,9 +14,12 @@ internal import Darwin
 /// Reading never blocks a thread of the concurrency pool: a dedicated thread waits for data with
 /// `poll` and reads only when data or the end of input is there, checking for cancellation at least
 /// every ``pollInterval``. Lines end at `\n` (a trailing `\r` is removed); bytes that are not valid
-/// UTF-8 are replaced, never rejected; a line longer than ``maximumLineLength`` bytes is sent in pieces
-/// of that length, so memory stays bounded whatever the input. At the end of input, a last
-/// unterminated line is sent, then `end` if given. The descriptor is not closed.
+/// UTF-8 are replaced, never rejected. A line is never sent in part: a line longer than
+/// ``maximumLineLength`` bytes, or one holding a NUL byte, is rejected whole (`invalid` says why, with
+/// its line number) and reading resumes at the next newline, so memory stays bounded whatever the
+/// input and no crafted line can be cut into a different one. At the end of input, or when reading
+/// fails (a closed descriptor, say), a last unterminated line is sent, then `end` if given; a read
+/// failure is then thrown. The descriptor is not closed.
 ///
 /// ```swift
 /// LineSource(fileDescriptor: 0, end: .inputClosed) { line in .command(line) }
@@ -29,13 +32,20 @@ public struct LineSource<Event: Sendable>: EventSource {
 
     private let fileDescriptor: Int32
     private let end: Event?
+    private let invalid: (@Sendable (InvalidLine) -> Event?)?
     private let event: @Sendable (String) -> Event
 
-    /// Creates a source that reads lines from `fileDescriptor`, sends `event` of each, and `end` at the
-    /// end of input.
-    public init(fileDescriptor: Int32, end: Event? = nil, event: @escaping @Sendable (String) -> Event) {
+    /// Creates a source that reads lines from `fileDescriptor`, sends `event` of each, `invalid` of each
+    /// line it rejects (nothing, if `invalid` is `nil` or returns `nil`), and `end` at the end of input.
+    public init(
+        fileDescriptor: Int32,
+        end: Event? = nil,
+        invalid: (@Sendable (InvalidLine) -> Event?)? = nil,
+        event: @escaping @Sendable (String) -> Event
+    ) {
         self.fileDescriptor = fileDescriptor
         self.end = end
+        self.invalid = invalid
         self.event = event
     }
 
@@ -48,17 +58,48 @@ public struct LineSource<Event: Sendable>: EventSource {
         defer { reader.stop() }
 
         var splitter = LineSplitter(maximumLineLength: Self.maximumLineLength)
-        for try await chunk in chunks {
-            for line in splitter.append(chunk) where !deliver(event(line), send) { return }
+        do {
+            for try await chunk in chunks {
+                for line in splitter.append(chunk) where !deliver(line, send) { return }
+            }
+        } catch {
+            // A failed read ends the input as surely as its end does: what was read is sent, then `end`.
+            if let last = splitter.finish(), !deliver(last, send) { throw error }
+            if let end { _ = deliver(end, send) }
+            throw error
         }
-        if let last = splitter.finish(), !deliver(event(last), send) { return }
+        if let last = splitter.finish(), !deliver(last, send) { return }
         if let end { _ = deliver(end, send) }
+    }
+
+    /// Sends the event of `line`; `false` when the loop takes no more events and reading should stop.
+    private func deliver(_ line: LineSplitter.Line, _ send: Send<Event>) -> Bool {
+        switch line {
+        case .text(let text): deliver(event(text), send)
+        case .invalid(let reason): invalid.flatMap { $0(reason) }.map { deliver($0, send) } ?? true
+        }
     }
 
     /// Sends `event`; `false` when the loop takes no more events and reading should stop.
     private func deliver(_ event: Event, _ send: Send<Event>) -> Bool {
         if case .rejected(let rejection) = send(event), rejection != .inboxFull { return false }
         return true
+    }
+}
+
+/// A line a ``LineSource`` rejected whole, and why.
+public enum InvalidLine: Hashable, Sendable, CustomStringConvertible {
+    /// Line `line` (counted from 1) was longer than `limit` bytes; none of it was sent.
+    case tooLong(line: Int, limit: Int)
+    /// Line `line` held a NUL byte, which no text line holds; none of it was sent.
+    case containsNUL(line: Int)
+
+    /// A sentence saying which line and why.
+    public var description: String {
+        switch self {
+        case .tooLong(let line, let limit): "line \(line) is longer than \(limit) bytes and was ignored"
+        case .containsNUL(let line): "line \(line) contains a NUL byte and was ignored"
+        }
     }
 }
 
@@ -103,6 +144,10 @@ final class ChunkReader: Sendable {
             if ready < 0 {
                 return continuation.finish(throwing: LineSourceError.readFailed(errno: errno))
             }
+            if request.revents & Int16(POLLNVAL) != 0 {
+                // Not an open descriptor (standard input closed with `<&-`, say): nothing will come.
+                return continuation.finish(throwing: LineSourceError.readFailed(errno: EBADF))
+            }
             let count = buffer.withUnsafeMutableBytes { read(fileDescriptor, $0.baseAddress, $0.count) }
             if count > 0 {
                 continuation.yield(Array(buffer.prefix(count)))
@@ -116,42 +161,62 @@ final class ChunkReader: Sendable {
     }
 }
 
-/// Cuts a byte stream into lines of bounded length.
+/// Cuts a byte stream into lines of bounded length, rejecting over-long lines and lines with a NUL
+/// byte whole.
 struct LineSplitter {
+    /// A complete line, or one rejected.
+    enum Line: Equatable {
+        case text(String)
+        case invalid(InvalidLine)
+    }
+
     let maximumLineLength: Int
     private var pending: [UInt8] = []
+    private var number = 0
+    /// Dropping the rest of an over-long line, up to its newline.
+    private var discarding = false
+    private var sawNUL = false
 
     init(maximumLineLength: Int) {
         self.maximumLineLength = maximumLineLength
     }
 
-    /// The complete lines that `bytes` finishes.
-    mutating func append(_ bytes: [UInt8]) -> [String] {
-        var lines: [String] = []
+    /// The lines that `bytes` completes.
+    mutating func append(_ bytes: [UInt8]) -> [Line] {
+        var lines: [Line] = []
         for byte in bytes {
             if byte == UInt8(ascii: "\n") {
-                lines.append(Self.decode(pending))
+                lines.append(complete())
+            } else if discarding {
+                continue
+            } else if pending.count >= maximumLineLength {
+                discarding = true
                 pending.removeAll(keepingCapacity: true)
             } else {
+                if byte == 0 { sawNUL = true }
                 pending.append(byte)
-                if pending.count >= maximumLineLength {
-                    lines.append(Self.decode(pending))
-                    pending.removeAll(keepingCapacity: true)
-                }
             }
         }
         return lines
     }
 
     /// The unterminated last line, if any.
-    mutating func finish() -> String? {
-        guard !pending.isEmpty else { return nil }
-        defer { pending.removeAll() }
-        return Self.decode(pending)
+    mutating func finish() -> Line? {
+        guard !pending.isEmpty || discarding else { return nil }
+        return complete()
     }
 
-    private static func decode(_ bytes: [UInt8]) -> String {
-        let line = bytes.last == UInt8(ascii: "\r") ? bytes.dropLast() : bytes[...]
-        return String(decoding: line, as: UTF8.self)
+    /// Ends the current line.
+    private mutating func complete() -> Line {
+        number += 1
+        defer {
+            pending.removeAll(keepingCapacity: true)
+            discarding = false
+            sawNUL = false
+        }
+        if discarding { return .invalid(.tooLong(line: number, limit: maximumLineLength)) }
+        if sawNUL { return .invalid(.containsNUL(line: number)) }
+        let line = pending.last == UInt8(ascii: "\r") ? pending.dropLast() : pending[...]
+        return .text(String(decoding: line, as: UTF8.self))
     }
 }

@@ -61,9 +61,9 @@ public enum Command {
             let value = options[index + 1]
             switch options[index] {
             case "--timeout":
-                guard let seconds = Double(value), seconds.isFinite, seconds > 0, seconds <= 86_400 else {
+                guard let seconds = Double(value), seconds.isFinite, seconds >= 0.01, seconds <= 86_400 else {
                     return .failure(
-                        CommandError("--timeout takes seconds between 0 and 86400, not '\(value.prefix(20))'")
+                        CommandError("--timeout takes seconds from 0.01 to 86400, not '\(value.prefix(20))'")
                     )
                 }
                 spec.timeout = Duration.milliseconds(Int((seconds * 1_000).rounded()))

@@ -71,6 +71,10 @@ extension JobRunner {
                 to: ClosureSyncEffectHandler { line, _ in console.line(line) }
             )
             .route(
+                { if case .problem(let line) = $0 { line } else { nil } },
+                to: ClosureSyncEffectHandler { line, _ in console.problem(line) }
+            )
+            .route(
                 {
                     if case .progress(let running, let queued, let done, let total) = $0 {
                         (running, queued, done, total)

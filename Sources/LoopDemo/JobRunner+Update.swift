@@ -35,7 +35,7 @@ extension JobRunner {
                 .progress(running: state.runningCount, queued: state.queue.count, done: done, total: state.jobs.count)
             )
         case .invalidInput(let message):
-            effects.append(.report("error: \(message)"))
+            effects.append(.problem("error: \(message)"))
         case .inputEnded:
             state.inputEnded = true
         case .ignored:

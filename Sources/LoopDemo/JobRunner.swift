@@ -114,6 +114,14 @@ public enum JobRunner {
             jobs.values.allSatisfy(\.status.isFinal)
         }
 
+        /// Whether every job submitted succeeded (true with none): the demo's exit status is 0 then, 1
+        /// otherwise.
+        public var allSucceeded: Bool {
+            jobs.values.allSatisfy { job in
+                if case .succeeded = job.status { true } else { false }
+            }
+        }
+
         /// The jobs in submission order.
         public var ordered: [Job] {
             order.compactMap { jobs[$0] }
@@ -160,6 +168,8 @@ public enum JobRunner {
         case stopRetry(name: String)
         /// Print a line of progress.
         case report(String)
+        /// Print a line about a problem with the input, to standard error.
+        case problem(String)
         /// Show the live status (a progress line on a terminal).
         case progress(running: Int, queued: Int, done: Int, total: Int)
         /// Stop the service, giving running attempts `gracePeriod` to finish.
@@ -172,7 +182,7 @@ public enum JobRunner {
             case .retryAfter(let name, _, _): .concurrent("retry-\(name)")
             case .stopRun(let name): .cancel("run-\(name)")
             case .stopRetry(let name): .cancel("retry-\(name)")
-            case .report, .progress, .stop: .concurrent()
+            case .report, .problem, .progress, .stop: .concurrent()
             }
         }
     }
@@ -189,8 +199,12 @@ public enum JobRunner {
         )
     }
 
-    /// The backoff before retry number `retry` (1 for the first retry): `base` doubled each time.
+    /// The longest backoff: without a cap, 100 retries of a 100 ms base would wait about 29 hours.
+    public static var maximumBackoff: Duration { .seconds(60) }
+
+    /// The backoff before retry number `retry` (1 for the first retry): `base` doubled each time, at
+    /// most ``maximumBackoff``.
     public static func backoff(base: Duration, retry: Int) -> Duration {
-        base * (1 << min(max(retry - 1, 0), 20))
+        min(base * (1 << min(max(retry - 1, 0), 20)), maximumBackoff)
     }
 }

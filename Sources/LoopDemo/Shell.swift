@@ -10,8 +10,9 @@ internal import Darwin
 
 /// Runs shell commands: the service the demo's process handler is given.
 public protocol Shell: Sendable {
-    /// Runs `command` with `/bin/sh -c`, returning its exit status (128 + N if killed by signal N) and
-    /// its combined output. Cancelling the task kills the command.
+    /// Runs `command` with `/bin/sh -c`, standard input `/dev/null`, returning its exit status (128 + N
+    /// if killed by signal N) and its combined output. Cancelling the task kills the command. No
+    /// descriptor of the calling process leaks into the command.
     func run(_ command: String) async throws -> (status: Int32, output: String)
 }
 
@@ -55,15 +56,26 @@ private final class Child: Sendable {
     let output: Int32
 
     init(_ command: String) throws {
+        (pid, output) = try Self.spawn(command)
+    }
+
+    private static func spawn(_ command: String) throws -> (pid_t, Int32) {
+        // No descriptor of the demo may reach a command: a command started later that inherited this
+        // pipe would keep this command's output open (and the command "running") until it exited. The
+        // pipe is close-on-exec, and every child closes all descriptors above 2 before it runs.
         var pipeEnds: [Int32] = [0, 0]
         guard pipe(&pipeEnds) == 0 else { throw ShellError(code: errno, action: "create a pipe") }
+        for end in pipeEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
+        // A job reads nothing from the demo's own standard input (its commands, with --stdin).
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_addclose(&actions, pipeEnds[0])
         posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 1)
         posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 2)
         posix_spawn_file_actions_addclose(&actions, pipeEnds[1])
+        closeAllAboveStandardStreams(&actions)
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
@@ -92,8 +104,7 @@ private final class Child: Sendable {
             close(pipeEnds[0])
             throw ShellError(code: spawned, action: "start /bin/sh")
         }
-        self.pid = pid
-        self.output = pipeEnds[0]
+        return (pid, pipeEnds[0])
     }
 
     /// Reads the output to its end and waits for the exit, on a thread of its own.
@@ -127,6 +138,32 @@ private final class Child: Sendable {
     /// Kills the command and everything it started.
     func kill() {
         _ = Glibc.kill(-pid, SIGKILL)
+    }
+}
+
+/// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later), looked up at run time because
+/// Swift's Glibc module does not export it; `nil` where the C library lacks it.
+private let addCloseFrom: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32)? = {
+    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") else {
+        return nil
+    }
+    // The symbol is that function, whose C signature is exactly this type.
+    return unsafeBitCast(
+        symbol,
+        to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self
+    )
+}()
+
+/// Adds actions closing every descriptor above 2 in the child: with `addclosefrom` where the C library
+/// has it, otherwise by listing the descriptors open now (one opened by another thread in between,
+/// without close-on-exec, could then still reach the child).
+private func closeAllAboveStandardStreams(_ actions: inout posix_spawn_file_actions_t) {
+    if let addCloseFrom, addCloseFrom(&actions, 3) == 0 { return }
+    guard let directory = opendir("/proc/self/fd") else { return }
+    defer { closedir(directory) }
+    while let entry = readdir(directory) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        if let descriptor = Int32(name), descriptor > 2 { posix_spawn_file_actions_addclose(&actions, descriptor) }
     }
 }
 

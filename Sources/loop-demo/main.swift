@@ -15,7 +15,7 @@ import Glibc
 let usage = """
     usage: loop-demo [--stdin] [--journal FILE]
            loop-demo replay FILE
-           loop-demo --help
+           loop-demo --help | --version
 
     With no arguments, runs a built-in scenario of a dozen jobs and prints a summary.
       --stdin          read commands from standard input instead, one per line:
@@ -24,7 +24,15 @@ let usage = """
       --acks           with --journal, print "journaled N" to standard error once event N is in the file
       replay FILE      replay a journal through the pure logic, check its digests, print the final state
     SIGINT or SIGTERM shuts down gracefully: running jobs get 2 seconds, then are cancelled.
-    Exit status: 0 done, 64 usage error, 65 a journal that does not replay, 70 an internal error.
+    A failed job is retried with a backoff doubling from 100 ms, at most 60 s between attempts.
+    Input errors go to standard error; control characters in names and output are shown escaped.
+    Exit status:
+      0   every job succeeded (or none was submitted)
+      1   some job failed or was cancelled
+      64  usage error
+      65  a journal that does not replay
+      70  an internal error
+      73  the journal file cannot be created
 
     """
 
@@ -37,10 +45,12 @@ enum Mode {
     case run(stdin: Bool, journal: String?, acks: Bool)
     case replay(String)
     case help
+    case version
 }
 
 func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
     if arguments == ["--help"] || arguments == ["-h"] { return .success(.help) }
+    if arguments == ["--version"] { return .success(.version) }
     if arguments.first == "replay" {
         guard arguments.count == 2 else { return .failure(CommandError(description: "replay takes one journal file")) }
         return .success(.replay(arguments[1]))
@@ -72,6 +82,13 @@ func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
 
 let program = JobRunner.program(limit: 3)
 
+/// The demo's version, printed by `--version`.
+let version = "0.3.0"
+
+// A closed standard output is an error on the write that finds it (EPIPE), not the death of the
+// process by SIGPIPE with its jobs left running.
+signal(SIGPIPE, SIG_IGN)
+
 func replay(_ path: String) -> Int32 {
     do {
         let contents = try JournalReader.read(path, as: JobRunner.Event.self)
@@ -92,7 +109,12 @@ func run(stdin: Bool, journalPath: String?, acks: Bool) async -> Int32 {
     let router = JobRunner.router(shell: SystemShell(), clock: ContinuousClock(), console: console)
     let input: any EventSource<JobRunner.Event> =
         stdin
-        ? LineSource(fileDescriptor: 0, end: .inputEnded) { Command.event(for: $0) }
+        ? LineSource(
+            fileDescriptor: 0,
+            end: .inputEnded,
+            invalid: { .invalidInput($0.description) },
+            event: { Command.event(for: $0) }
+        )
         : Scenario(marker: "/tmp/loop-demo-flaky-\(getpid())", clock: ContinuousClock())
     let sources: [any EventSource<JobRunner.Event>] = [
         input,
@@ -121,10 +143,10 @@ func run(stdin: Bool, journalPath: String?, acks: Bool) async -> Int32 {
         let report = try await loop.run()
         console.clearProgress()
         print("")
-        for line in JobRunner.summary(loop.state) { print(line) }
+        for line in JobRunner.summary(loop.state) { print(Console.escapingControlCharacters(line)) }
         print("loop: \(report)")
         if let recorder { print("journal: \(recorder.recorded) events recorded in \(journalPath ?? "")") }
-        return 0
+        return loop.state.allSucceeded ? 0 : 1
     } catch {
         printError("loop-demo: \(error)")
         return 70
@@ -134,6 +156,9 @@ func run(stdin: Bool, journalPath: String?, acks: Bool) async -> Int32 {
 switch parseArguments(Array(CommandLine.arguments.dropFirst())) {
 case .success(.help):
     print(usage, terminator: "")
+    exit(0)
+case .success(.version):
+    print("loop-demo \(version) (EffectLoop)")
     exit(0)
 case .success(.replay(let path)):
     exit(replay(path))

@@ -29,8 +29,9 @@ import Testing
         ("run a --  ", "usage: run NAME [--timeout SECONDS] [--retries N] -- COMMAND"),
         ("run -- true", "usage: run NAME [--timeout SECONDS] [--retries N] -- COMMAND"),
         ("run a --timeout -- true", "--timeout needs a value"),
-        ("run a --timeout 0 -- true", "--timeout takes seconds between 0 and 86400, not '0'"),
-        ("run a --timeout nan -- true", "--timeout takes seconds between 0 and 86400, not 'nan'"),
+        ("run a --timeout 0 -- true", "--timeout takes seconds from 0.01 to 86400, not '0'"),
+        ("run a --timeout 0.0001 -- true", "--timeout takes seconds from 0.01 to 86400, not '0.0001'"),
+        ("run a --timeout nan -- true", "--timeout takes seconds from 0.01 to 86400, not 'nan'"),
         ("run a --retries -1 -- true", "--retries takes a whole number from 0 to 100, not '-1'"),
         (
             "run a --retries 99999999999999999999 -- true",

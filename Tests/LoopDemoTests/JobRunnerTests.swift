@@ -53,7 +53,7 @@ import Testing
         )
     }
 
-    @Test(arguments: [(1, 100), (2, 200), (3, 400), (4, 800)])
+    @Test(arguments: [(1, 100), (2, 200), (3, 400), (4, 800), (10, 51_200), (11, 60_000), (100, 60_000)])
     func backoffDoublesWithEachRetry(retry: Int, milliseconds: Int) {
         #expect(JobRunner.backoff(base: .milliseconds(100), retry: retry) == .milliseconds(milliseconds))
     }
@@ -150,7 +150,7 @@ import Testing
                 .report("rejected n: retries cannot be negative")
             ]
         )
-        #expect(update(&state, .invalidInput("unknown command 'fly'")) == [.report("error: unknown command 'fly'")])
+        #expect(update(&state, .invalidInput("unknown command 'fly'")) == [.problem("error: unknown command 'fly'")])
     }
 
     @Test func shutdownCancelsWhatHasNotStartedAndGivesRunningJobsTheGracePeriod() {

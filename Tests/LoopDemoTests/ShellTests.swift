@@ -1,5 +1,6 @@
 import Foundation
 import LoopDemo
+import LoopRuntime
 import Testing
 
 #if canImport(Glibc)
@@ -31,5 +32,48 @@ import Glibc
         await #expect(throws: CancellationError.self) { try await run.value }
         await waitUntil { isGone(child) }
         #expect(isGone(child))
+    }
+
+    /// A job's output pipe used to leak into jobs started at the same time, so a quick job stayed
+    /// "running" until a slow sibling exited (7 of 10 runs of the demo). Here ten quick and ten slow
+    /// commands start together: every quick one is done while all the slow ones still run.
+    @Test func quickCommandsAreNotHeldBySlowSiblingsStartedAlongside() async throws {
+        let finishedSlow = Locked(0)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            var slow: [Task<Void, Never>] = []
+            for _ in 0..<10 {
+                slow.append(
+                    Task {
+                        _ = try? await shell.run("sleep 30")
+                        finishedSlow.withLock { $0 += 1 }
+                    }
+                )
+                group.addTask { _ = try await shell.run("true") }
+            }
+            try await group.waitForAll()
+            #expect(finishedSlow.withLock { $0 } == 0)
+            for task in slow { task.cancel() }
+            for task in slow { await task.value }
+        }
+    }
+
+    @Test func noDescriptorOfTheDemoLeaksIntoACommand() async throws {
+        var descriptors: [Int32] = [0, 0]
+        #expect(pipe(&descriptors) == 0)
+        defer {
+            close(descriptors[0])
+            close(descriptors[1])
+        }
+        let (status, output) = try await shell.run("ls /proc/self/fd")
+        #expect(status == 0)
+        // 0, 1 and 2, and the descriptor `ls` opens to list the directory.
+        let open = Set(output.split(whereSeparator: \.isNewline).compactMap { Int32($0) })
+        #expect(!open.contains(descriptors[0]) && !open.contains(descriptors[1]))
+    }
+
+    @Test func aCommandReadsNothingFromTheDemosStandardInput() async throws {
+        let (status, output) = try await shell.run("readlink /proc/self/fd/0")
+        #expect(status == 0)
+        #expect(output == "/dev/null")
     }
 }

@@ -129,14 +129,17 @@ import Glibc
         #expect(received.withLock { $0 } == [1, 2, 3])
     }
 
-    @Test func aLineLongerThanTheLimitIsSentInPieces() async throws {
+    /// Hostile lines are rejected whole, with a reason, and reading resumes at the next line: an over-long
+    /// line was once cut into pieces and its first piece run as a command.
+    @Test func overLongAndNULLinesAreRejectedWholeAndReadingResumes() async throws {
         var descriptors: [Int32] = [0, 0]
         #expect(pipe(&descriptors) == 0)
         let (reading, writing) = (descriptors[0], descriptors[1])
         let limit = LineSource<Jobs.Event>.maximumLineLength
-        let lines = Locked([Int]())
+        let lines = Locked([String]())
         let writer = OSThread {
-            var bytes = [UInt8](repeating: UInt8(ascii: "x"), count: limit + 10) + [UInt8(ascii: "\n")]
+            var bytes = [UInt8](repeating: UInt8(ascii: "x"), count: limit + 10) + Array("\ntouch ok\n".utf8)
+            bytes += Array("touch nulA".utf8) + [0] + Array("B\nlast".utf8)
             var offset = 0
             while offset < bytes.count {
                 let written = bytes.withUnsafeMutableBytes {
@@ -147,15 +150,47 @@ import Glibc
             }
             close(writing)
         }
-        let source = LineSource<Jobs.Event>(fileDescriptor: reading) { .note($0) }
+        let source = LineSource<Jobs.Event>(
+            fileDescriptor: reading,
+            invalid: { .note("invalid: \($0)") },
+            event: { .note($0) }
+        )
         try await source.run(
             send: Send { event in
-                if case .note(let line) = event { lines.withLock { $0.append(line.utf8.count) } }
+                if case .note(let line) = event { lines.withLock { $0.append(line) } }
                 return .accepted
             }
         )
         writer.join()
         close(reading)
-        #expect(lines.withLock { $0 } == [limit, 10])
+        #expect(
+            lines.withLock { $0 } == [
+                "invalid: line 1 is longer than \(limit) bytes and was ignored",
+                "touch ok",
+                "invalid: line 3 contains a NUL byte and was ignored",
+                "last",
+            ]
+        )
+    }
+
+    /// A closed descriptor (`loop-demo --stdin <&-`) ends the input: `end` is sent, and the failure thrown.
+    @Test func aClosedDescriptorEndsTheInput() async throws {
+        var descriptors: [Int32] = [0, 0]
+        #expect(pipe(&descriptors) == 0)
+        let closed = fcntl(descriptors[0], F_DUPFD, 900)
+        close(descriptors[0])
+        close(descriptors[1])
+        close(closed)
+        let received = Locked([Jobs.Event]())
+        let source = LineSource<Jobs.Event>(fileDescriptor: closed, end: .note("<end>")) { .note($0) }
+        await #expect(throws: LineSourceError.readFailed(errno: EBADF)) {
+            try await source.run(
+                send: Send { event in
+                    received.withLock { $0.append(event) }
+                    return .accepted
+                }
+            )
+        }
+        #expect(received.withLock { $0 } == [.note("<end>")])
     }
 }
