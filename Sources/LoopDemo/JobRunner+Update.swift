@@ -142,7 +142,9 @@ extension JobRunner {
     private static func stopIfDone(_ state: inout State, _ effects: inout [Effect]) {
         guard !state.shuttingDown, state.inputEnded, state.allFinal else { return }
         state.shuttingDown = true
-        effects.append(.stop(gracePeriod: .zero))
+        // Every job is done, but a handler that reported its job's end may not have returned yet: a zero
+        // grace period would cut it off and report the shutdown as past its deadline when nothing was.
+        effects.append(.stop(gracePeriod: state.gracePeriod))
     }
 
     /// A job's status in words.

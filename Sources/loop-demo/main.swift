@@ -23,7 +23,8 @@ let usage = """
       --journal FILE   record every event to FILE (JSON Lines, with a state digest every 10 events)
       --acks           with --journal, print "journaled N" to standard error once event N is in the file
       replay FILE      replay a journal through the pure logic, check its digests, print the final state
-    SIGINT or SIGTERM shuts down gracefully: running jobs get 2 seconds, then are cancelled.
+    SIGINT, SIGTERM or SIGHUP shuts down gracefully: running jobs get 2 seconds, then are killed.
+    A second one stops at once: running jobs are killed, and the summary is still printed.
     A failed job is retried with a backoff doubling from 100 ms, at most 60 s between attempts.
     Input errors go to standard error; control characters in names and output are shown escaped.
     Exit status:
@@ -119,7 +120,6 @@ func run(stdin: Bool, journalPath: String?, acks: Bool) async -> Int32 {
     let sources: [any EventSource<JobRunner.Event>] = [
         input,
         TimerSource(every: .seconds(1), clock: ContinuousClock(), event: .tick),
-        SignalSource([.interrupt, .terminate]) { _ in .shutdown },
     ]
     var recorder: JournalRecorder<JobRunner.State, JobRunner.Event, JobRunner.Effect>?
     if let journalPath {
@@ -139,6 +139,11 @@ func run(stdin: Bool, journalPath: String?, acks: Bool) async -> Int32 {
         }
     }
     let loop = Loop(program: program, effects: router, sources: sources, observer: recorder)
+    let signals = ShutdownSignals(
+        graceful: { loop.send(.shutdown) },
+        immediate: { loop.stop(gracePeriod: .zero) }
+    )
+    defer { _ = signals }
     do {
         let report = try await loop.run()
         console.clearProgress()

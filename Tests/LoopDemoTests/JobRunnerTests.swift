@@ -175,7 +175,7 @@ import Testing
         #expect(update(&state, .inputEnded) == [])
         #expect(
             update(&state, .exited(name: "a", attempt: 1, status: 0, output: "")) == [
-                .report("a succeeded"), .stop(gracePeriod: .zero),
+                .report("a succeeded"), .stop(gracePeriod: .seconds(2)),
             ]
         )
         #expect(state.shuttingDown)

@@ -56,7 +56,7 @@ final class Host: Sendable {
         var stopRequested = false
         var waiter: CheckedContinuation<Command, Never>?
         var coordinating = true
-        var timer: Task<Void, Never>?
+        var timers: [Task<Void, Never>] = []
         var ended = false
         var endWaiters: [CheckedContinuation<Void, Never>] = []
         var sources: (@Sendable () async -> Void)?
@@ -163,16 +163,17 @@ final class Host: Sendable {
 
     /// Ends `run()`'s wait; the first call counts.
     func end() {
-        let (waiters, timer) = mailbox.withLock { mailbox -> ([CheckedContinuation<Void, Never>], Task<Void, Never>?) in
-            guard !mailbox.ended else { return ([], nil) }
+        let (waiters, timers) = mailbox.withLock {
+            mailbox -> ([CheckedContinuation<Void, Never>], [Task<Void, Never>]) in
+            guard !mailbox.ended else { return ([], []) }
             mailbox.ended = true
             defer {
                 mailbox.endWaiters = []
-                mailbox.timer = nil
+                mailbox.timers = []
             }
-            return (mailbox.endWaiters, mailbox.timer)
+            return (mailbox.endWaiters, mailbox.timers)
         }
-        timer?.cancel()
+        for timer in timers { timer.cancel() }
         for waiter in waiters { waiter.resume() }
     }
 
@@ -251,9 +252,10 @@ final class Host: Sendable {
         }
     }
 
-    /// Starts the grace period's timer, once. When it fires after the hosting task stopped coordinating
-    /// (every member stopped, and the group is waiting for a source that ignores cancellation), it ends
-    /// `run()`'s wait itself.
+    /// Starts a grace period's timer: one for each stop asked for, so a later stop with a shorter grace
+    /// period brings the deadline forward; the first to fire counts. When one fires after the hosting
+    /// task stopped coordinating (every member stopped, and the group is waiting for a source that
+    /// ignores cancellation), it ends `run()`'s wait itself.
     private func startDeadline(after gracePeriod: Duration) {
         let clock = self.clock
         let timer = Task {
@@ -267,8 +269,8 @@ final class Host: Sendable {
             if endNow { self.end() }
         }
         let keep = mailbox.withLock { mailbox -> Bool in
-            guard mailbox.timer == nil, !mailbox.ended else { return false }
-            mailbox.timer = timer
+            guard !mailbox.ended else { return false }
+            mailbox.timers.append(timer)
             return true
         }
         if !keep { timer.cancel() }

@@ -69,8 +69,10 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// What a stop did.
     @usableFromInline
     enum Stop {
-        /// Nothing: the loop is already stopping or stopped.
+        /// Nothing: the loop has stopped.
         case none
+        /// The loop was already stopping on `host`: a shorter grace period may still shorten it.
+        case alreadyStopping(Host)
         /// Graceful shutdown began on `host`: turn `senders` away; `finish` if nothing was left to do.
         case stopping(Host, senders: [TurnedAway<Event>], finish: Finish<State, Event, Effect>?)
         /// The loop had never run: it stopped for good.
@@ -468,7 +470,9 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             lifecycle = .stopping(host, draining: draining)
             let senders = takeWaitingSenders()
             return .stopping(host, senders: senders, finish: finishIfQuiet())
-        case .stopping, .stopped:
+        case .stopping(let host, _):
+            return .alreadyStopping(host)
+        case .stopped:
             return .none
         }
     }
@@ -617,6 +621,7 @@ extension LoopEngine.Stop: Equatable where Event: Equatable, Effect: Equatable {
     static func == (lhs: Self, rhs: Self) -> Bool {
         switch (lhs, rhs) {
         case (.none, .none): true
+        case (.alreadyStopping(let left), .alreadyStopping(let right)): left === right
         case (
             .stopping(let left, let leftSenders, let leftFinish),
             .stopping(let right, let rightSenders, let rightFinish)

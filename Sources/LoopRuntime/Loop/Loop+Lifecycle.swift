@@ -77,8 +77,8 @@ extension Loop {
     /// event sources are cancelled. It goes on processing the events already queued and those its
     /// effects send, and lets effects in flight finish, until `gracePeriod` (on the loop's clock) is
     /// over; then it drops what is still queued, cancels the effects still running, and `run()` returns
-    /// its report without waiting for them (they are reported abandoned). Calling it again changes
-    /// nothing.
+    /// its report without waiting for them (they are reported abandoned). Calling it again while the
+    /// loop stops can only bring the deadline forward: `stop(gracePeriod: .zero)` stops at once.
     ///
     /// Called before `run()`, it stops the loop for good: the loop never runs, and the events sent to it
     /// are dropped and counted (``LoopReport/Ending/neverStarted``).
@@ -92,6 +92,8 @@ extension Loop {
         switch storage.withLock({ $0.stop() }) {
         case .none:
             return nil
+        case .alreadyStopping(let host):
+            return host
         case .stopping(let host, let senders, let finish):
             for turned in senders {
                 observe(.eventRejected(turned.event, reason: .stopping))

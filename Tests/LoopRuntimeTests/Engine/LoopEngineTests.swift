@@ -349,12 +349,13 @@ import Testing
         #expect(action27 == .finished(finish(.drained, host: host)))
     }
 
-    @Test func stoppingTwiceChangesNothing() {
+    @Test func stoppingAgainOnlyHandsBackTheHostForAShorterGracePeriod() {
         var engine = running()
         _ = engine.receive(.emit([.async("a")]), from: .outside)
         _ = engine.stop()
         let action28 = engine.stop()
-        #expect(action28 == .none)
+        #expect(action28 == .alreadyStopping(host))
+        #expect(engine.lifecycle == .stopping(host, draining: true))
     }
 
     @Test func theDeadlineDropsWhatIsQueuedAndAbandonsWhatRuns() {
