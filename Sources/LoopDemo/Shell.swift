@@ -29,7 +29,7 @@ public struct ShellError: Error, Hashable, Sendable, CustomStringConvertible {
 
 /// Real child processes via `posix_spawn`: output is read, and the exit waited for, on a thread of
 /// their own, so the concurrency pool never blocks. A cancelled command is killed with `SIGKILL`,
-/// together with any process it started (it runs in its own process group).
+/// together with every process it started: its process group, and any descendant that left it.
 public struct SystemShell: Shell {
     /// The most output kept per command; the rest is read and dropped.
     public static var maximumOutput: Int { 64 * 1_024 }
@@ -135,9 +135,10 @@ private final class Child: Sendable {
         }
     }
 
-    /// Kills the command and everything it started.
+    /// Kills the command and everything it started: its process group, and every descendant, even one
+    /// that left the group (`setsid`).
     func kill() {
-        _ = Glibc.kill(-pid, SIGKILL)
+        ProcessTree.killTree(of: pid, group: pid)
     }
 }
 

@@ -90,6 +90,10 @@ let version = "0.3.0"
 // process by SIGPIPE with its jobs left running.
 signal(SIGPIPE, SIG_IGN)
 
+// Processes a job leaves behind (`setsid cmd &`) are re-parented to the demo, not to PID 1, so the
+// demo can find them and kill them when it stops.
+ProcessTree.becomeSubreaper()
+
 func replay(_ path: String) -> Int32 {
     do {
         let contents = try JournalReader.read(path, as: JobRunner.Event.self)
@@ -148,6 +152,8 @@ func run(stdin: Bool, journalPath: String?, acks: Bool) async -> Int32 {
         let report = try await loop.run()
         console.clearProgress()
         print("")
+        // No job's process outlives the demo: kill whatever the jobs left behind (re-parented here).
+        ProcessTree.killTree(of: getpid())
         for line in JobRunner.summary(loop.state) { print(Console.escapingControlCharacters(line)) }
         print("loop: \(report)")
         if let recorder { print("journal: \(recorder.recorded) events recorded in \(journalPath ?? "")") }

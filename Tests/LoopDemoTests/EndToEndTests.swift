@@ -196,6 +196,56 @@ import Testing
         }
     }
 
+    /// A job that left its process group (`setsid`) used to defeat its timeout: the demo killed the
+    /// group, the escaped process lived on, and the job stayed "running" until it exited by itself.
+    @Test func aTimeoutKillsEveryProcessOfTheJobEvenOneThatLeftItsGroup() async throws {
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let script = """
+            start=$(date +%s)
+            printf '%s\\n' "run esc --timeout 1 -- setsid sh -c 'echo \\$\\$ > \(scratch)/pid; exec sleep 25'" \\
+              | "$DEMO" --stdin > '\(scratch)/out' 2>&1
+            echo "exit=$?" >> '\(scratch)/out'
+            echo "took=$(( $(date +%s) - start ))" >> '\(scratch)/out'
+            job=$(cat '\(scratch)/pid')
+            for i in $(seq 200); do kill -0 $job 2>/dev/null || break; sleep 0.05; done
+            if kill -0 $job 2>/dev/null; then echo "job alive" >> '\(scratch)/out'; else echo "job gone" >> '\(scratch)/out'; fi
+            cat '\(scratch)/out'
+            """
+        let (_, output) = try await Demo.sh(script)
+        #expect(output.contains("esc failed after 1 attempt: timed out after 1s"))
+        #expect(output.contains("job gone"))
+        #expect(output.contains("exit=1"))
+        // The escaped `sleep 25` held the old demo for 25 s; now the timeout ends the job at 1 s.
+        let took = output.split(separator: "\n").first { $0.hasPrefix("took=") }.flatMap { Int($0.dropFirst(5)) }
+        #expect((took ?? 99) < 15, "took \(took ?? -1) s")
+    }
+
+    /// A job may leave a process running in the background and end; the demo kills such strays (they
+    /// are re-parented to it) when it stops, so none outlives it.
+    @Test func processesAJobLeftBehindDoNotOutliveTheDemo() async throws {
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let script = """
+            start=$(date +%s)
+            printf '%s\\n' "run bg -- setsid sh -c 'echo \\$\\$ > \(scratch)/pid; exec sleep 25' > /dev/null 2>&1 &" \\
+              | "$DEMO" --stdin > '\(scratch)/out' 2>&1
+            echo "exit=$?" >> '\(scratch)/out'
+            echo "took=$(( $(date +%s) - start ))" >> '\(scratch)/out'
+            for i in $(seq 100); do [ -s '\(scratch)/pid' ] && break; sleep 0.05; done
+            job=$(cat '\(scratch)/pid')
+            for i in $(seq 200); do kill -0 $job 2>/dev/null || break; sleep 0.05; done
+            if kill -0 $job 2>/dev/null; then echo "job alive" >> '\(scratch)/out'; kill -9 $job; else echo "job gone" >> '\(scratch)/out'; fi
+            cat '\(scratch)/out'
+            """
+        let (_, output) = try await Demo.sh(script)
+        #expect(output.contains("bg succeeded"))
+        #expect(output.contains("exit=0"))
+        #expect(output.contains("job gone"))
+        let took = output.split(separator: "\n").first { $0.hasPrefix("took=") }.flatMap { Int($0.dropFirst(5)) }
+        #expect((took ?? 99) < 15, "took \(took ?? -1) s")
+    }
+
     @Test func aJournaledRunReplaysWithEveryDigestMatching() async throws {
         let scratch = Demo.scratch()
         defer { try? FileManager.default.removeItem(atPath: scratch) }
