@@ -13,8 +13,8 @@ extension JobRunner {
 
         /// Runs the attempt; a cancelled or timed-out attempt is killed and sends nothing.
         public func handle(_ attempt: Attempt, send: Send<Event>) async throws {
-            let (status, output) = try await shell.run(attempt.command)
-            send(.exited(name: attempt.name, attempt: attempt.number, status: status, output: output))
+            let (status, output, errors) = try await shell.run(attempt.command)
+            send(.exited(name: attempt.name, attempt: attempt.number, status: status, output: output, errors: errors))
         }
     }
 

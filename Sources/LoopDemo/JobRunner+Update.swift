@@ -5,14 +5,14 @@ extension JobRunner {
         switch event {
         case .submit(let spec):
             submit(spec, &state, &effects)
-        case .exited(let name, let attempt, let status, let output):
+        case .exited(let name, let attempt, let status, let output, let errors):
             guard state.jobs[name]?.status == .running(attempt: attempt) else { break }
             state.jobs[name]?.output = output
             if status == 0 {
                 state.jobs[name]?.status = .succeeded(attempts: attempt)
                 effects.append(.report("\(name) succeeded" + (attempt > 1 ? " on attempt \(attempt)" : "")))
             } else {
-                fail(name, attempt: attempt, reason: "exit status \(status)", &state, &effects)
+                fail(name, attempt: attempt, reason: "exit status \(status)" + errorTail(errors), &state, &effects)
             }
         case .timedOut(let name, let attempt):
             guard state.jobs[name]?.status == .running(attempt: attempt) else { break }
@@ -145,6 +145,15 @@ extension JobRunner {
         // Every job is done, but a handler that reported its job's end may not have returned yet: a zero
         // grace period would cut it off and report the shutdown as past its deadline when nothing was.
         effects.append(.stop(gracePeriod: state.gracePeriod))
+    }
+
+    /// What a failed attempt said last on its standard error, as `: <line>` (at most 200 characters),
+    /// or nothing: "exit status 127" alone hides "command not found".
+    static func errorTail(_ errors: String) -> String {
+        guard let last = errors.split(whereSeparator: \.isNewline).last(where: { !$0.allSatisfy(\.isWhitespace) })
+        else { return "" }
+        let line = last.count > 200 ? "…" + last.suffix(199) : String(last)
+        return ": " + line
     }
 
     /// A job's status in words.

@@ -132,8 +132,8 @@ public enum JobRunner {
     public enum Event: Codable, Equatable, Sendable {
         /// A job is submitted.
         case submit(Spec)
-        /// An attempt exited with `status` and printed `output`.
-        case exited(name: String, attempt: Int, status: Int32, output: String)
+        /// An attempt exited with `status`, printed `output`, and ended its standard error with `errors`.
+        case exited(name: String, attempt: Int, status: Int32, output: String, errors: String = "")
         /// An attempt ran past its timeout and was stopped.
         case timedOut(name: String, attempt: Int)
         /// An attempt could not start or run.

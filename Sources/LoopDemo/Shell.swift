@@ -11,9 +11,9 @@ internal import Darwin
 /// Runs shell commands: the service the demo's process handler is given.
 public protocol Shell: Sendable {
     /// Runs `command` with `/bin/sh -c`, standard input `/dev/null`, returning its exit status (128 + N
-    /// if killed by signal N) and its combined output. Cancelling the task kills the command. No
-    /// descriptor of the calling process leaks into the command.
-    func run(_ command: String) async throws -> (status: Int32, output: String)
+    /// if killed by signal N), its standard output, and the tail of its standard error. Cancelling the
+    /// task kills the command. No descriptor of the calling process leaks into the command.
+    func run(_ command: String) async throws -> (status: Int32, output: String, errors: String)
 }
 
 /// Why a command could not be run.
@@ -31,14 +31,16 @@ public struct ShellError: Error, Hashable, Sendable, CustomStringConvertible {
 /// their own, so the concurrency pool never blocks. A cancelled command is killed with `SIGKILL`,
 /// together with every process it started: its process group, and any descendant that left it.
 public struct SystemShell: Shell {
-    /// The most output kept per command; the rest is read and dropped.
+    /// The most output kept per command (its beginning); the rest is read and dropped.
     public static var maximumOutput: Int { 64 * 1_024 }
+    /// The most standard error kept per command (its end, where the reason for a failure usually is).
+    public static var maximumErrors: Int { 4 * 1_024 }
 
     /// Creates the shell.
     public init() {}
 
     /// Runs `command`; see ``Shell/run(_:)``.
-    public func run(_ command: String) async throws -> (status: Int32, output: String) {
+    public func run(_ command: String) async throws -> (status: Int32, output: String, errors: String) {
         let child = try Child(command)
         return try await withTaskCancellationHandler {
             let result = await child.result()
@@ -54,27 +56,31 @@ public struct SystemShell: Shell {
 private final class Child: Sendable {
     let pid: pid_t
     let output: Int32
+    let errors: Int32
 
     init(_ command: String) throws {
-        (pid, output) = try Self.spawn(command)
+        (pid, output, errors) = try Self.spawn(command)
     }
 
-    private static func spawn(_ command: String) throws -> (pid_t, Int32) {
-        // No descriptor of the demo may reach a command: a command started later that inherited this
-        // pipe would keep this command's output open (and the command "running") until it exited. The
-        // pipe is close-on-exec, and every child closes all descriptors above 2 before it runs.
+    private static func spawn(_ command: String) throws -> (pid_t, Int32, Int32) {
+        // No descriptor of the demo may reach a command: a command started later that inherited these
+        // pipes would keep this command's output open (and the command "running") until it exited. The
+        // pipes are close-on-exec, and every child closes all descriptors above 2 before it runs.
         var pipeEnds: [Int32] = [0, 0]
         guard pipe(&pipeEnds) == 0 else { throw ShellError(code: errno, action: "create a pipe") }
-        for end in pipeEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        var errorEnds: [Int32] = [0, 0]
+        guard pipe(&errorEnds) == 0 else {
+            for end in pipeEnds { close(end) }
+            throw ShellError(code: errno, action: "create a pipe")
+        }
+        for end in pipeEnds + errorEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         // A job reads nothing from the demo's own standard input (its commands, with --stdin).
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addclose(&actions, pipeEnds[0])
         posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 1)
-        posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 2)
-        posix_spawn_file_actions_addclose(&actions, pipeEnds[1])
+        posix_spawn_file_actions_adddup2(&actions, errorEnds[1], 2)
         closeAllAboveStandardStreams(&actions)
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
@@ -100,39 +106,71 @@ private final class Child: Sendable {
         var pid: pid_t = 0
         let spawned = posix_spawn(&pid, "/bin/sh", &actions, &attributes, arguments, environ)
         close(pipeEnds[1])
+        close(errorEnds[1])
         guard spawned == 0 else {
             close(pipeEnds[0])
+            close(errorEnds[0])
             throw ShellError(code: spawned, action: "start /bin/sh")
         }
-        return (pid, pipeEnds[0])
+        return (pid, pipeEnds[0], errorEnds[0])
     }
 
-    /// Reads the output to its end and waits for the exit, on a thread of its own.
-    func result() async -> (status: Int32, output: String) {
+    /// Reads both outputs to their ends and waits for the exit, on a thread of its own.
+    func result() async -> (status: Int32, output: String, errors: String) {
         await withCheckedContinuation { continuation in
             let thread = OSThread(
                 {
-                    var bytes: [UInt8] = []
-                    var buffer = [UInt8](repeating: 0, count: 4_096)
-                    while true {
-                        let count = buffer.withUnsafeMutableBytes { read(self.output, $0.baseAddress, $0.count) }
-                        if count > 0 {
-                            if bytes.count < SystemShell.maximumOutput { bytes += buffer.prefix(count) }
-                        } else if count == 0 || errno != EINTR {
-                            break
-                        }
-                    }
-                    close(self.output)
+                    let (output, errors) = self.readBoth()
                     var status: Int32 = 0
                     while waitpid(self.pid, &status, 0) < 0 && errno == EINTR {}
                     let exit = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
-                    let text = String(decoding: bytes, as: UTF8.self)
-                    continuation.resume(returning: (exit, text.trimmingWhitespace()))
+                    continuation.resume(
+                        returning: (
+                            exit,
+                            String(decoding: output, as: UTF8.self).trimmingWhitespace(),
+                            String(decoding: errors, as: UTF8.self).trimmingWhitespace()
+                        )
+                    )
                 },
                 runHereIfUnavailable: true
             )
             thread.detach()
         }
+    }
+
+    /// Reads standard output (keeping its beginning) and standard error (keeping its end) until both
+    /// are closed, then closes them.
+    private func readBoth() -> (output: [UInt8], errors: [UInt8]) {
+        var output: [UInt8] = []
+        var errors: [UInt8] = []
+        var open = [self.output, self.errors]
+        var buffer = [UInt8](repeating: 0, count: 4_096)
+        while !open.isEmpty {
+            var requests = open.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+            let ready = poll(&requests, nfds_t(requests.count), -1)
+            if ready < 0 {
+                if errno == EINTR { continue }
+                break
+            }
+            for request in requests where request.revents != 0 {
+                let count = buffer.withUnsafeMutableBytes { read(request.fd, $0.baseAddress, $0.count) }
+                if count > 0 {
+                    if request.fd == self.output {
+                        if output.count < SystemShell.maximumOutput { output += buffer.prefix(count) }
+                    } else {
+                        errors += buffer.prefix(count)
+                        if errors.count > SystemShell.maximumErrors {
+                            errors.removeFirst(errors.count - SystemShell.maximumErrors)
+                        }
+                    }
+                } else if count == 0 || (errno != EINTR && errno != EAGAIN) {
+                    open.removeAll { $0 == request.fd }
+                }
+            }
+        }
+        close(self.output)
+        close(self.errors)
+        return (output, errors)
     }
 
     /// Kills the command and everything it started: its process group, and every descendant, even one

@@ -200,4 +200,19 @@ import Testing
         let state = submitted(["a", "b", "c"], limit: 2)
         #expect(update(state, .tick).effects == [.progress(running: 2, queued: 1, done: 0, total: 3)])
     }
+
+    /// "exit status 127" alone hid "command not found": the reason now ends with standard error's last
+    /// line.
+    @Test func aFailureSaysWhatTheCommandLastPrintedOnStandardError() throws {
+        var state = JobRunner.State(limit: 1)
+        _ = update(&state, .submit(JobRunner.Spec(name: "a", command: "frobnicate")))
+        _ = update(
+            &state,
+            .exited(name: "a", attempt: 1, status: 127, output: "", errors: "sh: 1: frobnicate: not found\n")
+        )
+        #expect(
+            JobRunner.describe(state.jobs["a"]!)
+                == "failed after 1 attempt: exit status 127: sh: 1: frobnicate: not found"
+        )
+    }
 }

@@ -11,13 +11,14 @@ import Glibc
     let shell = SystemShell()
 
     @Test func aCommandsExitStatusAndOutputAreReported() async throws {
-        let (status, output) = try await shell.run("echo out; echo err >&2; exit 3")
+        let (status, output, errors) = try await shell.run("echo out; echo err >&2; exit 3")
         #expect(status == 3)
-        #expect(output == "out\nerr")
+        #expect(output == "out")
+        #expect(errors == "err")
     }
 
     @Test func aCommandKilledBySignalReports128PlusTheSignal() async throws {
-        let (status, _) = try await shell.run("kill -TERM $$")
+        let (status, _, _) = try await shell.run("kill -TERM $$")
         #expect(status == 128 + SIGTERM)
     }
 
@@ -64,7 +65,7 @@ import Glibc
             close(descriptors[0])
             close(descriptors[1])
         }
-        let (status, output) = try await shell.run("ls /proc/self/fd")
+        let (status, output, _) = try await shell.run("ls /proc/self/fd")
         #expect(status == 0)
         // 0, 1 and 2, and the descriptor `ls` opens to list the directory.
         let open = Set(output.split(whereSeparator: \.isNewline).compactMap { Int32($0) })
@@ -72,8 +73,18 @@ import Glibc
     }
 
     @Test func aCommandReadsNothingFromTheDemosStandardInput() async throws {
-        let (status, output) = try await shell.run("readlink /proc/self/fd/0")
+        let (status, output, _) = try await shell.run("readlink /proc/self/fd/0")
         #expect(status == 0)
         #expect(output == "/dev/null")
+    }
+
+    /// Only the end of standard error is kept, bounded: where a failure's reason usually is.
+    @Test func theTailOfStandardErrorIsKeptBounded() async throws {
+        let (status, _, errors) = try await shell.run(
+            "i=0; while [ $i -lt 2000 ]; do echo \"noise $i\" >&2; i=$((i+1)); done; nosuchcommand-xyz"
+        )
+        #expect(status == 127)
+        #expect(errors.utf8.count <= SystemShell.maximumErrors)
+        #expect(errors.hasSuffix("not found"))
     }
 }

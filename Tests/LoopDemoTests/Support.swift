@@ -44,9 +44,11 @@ enum Demo {
         return path
     }
 
-    /// Runs `script` with `/bin/sh`, `$DEMO` set to the binary; its exit status and output.
+    /// Runs `script` with `/bin/sh`, `$DEMO` set to the binary; its exit status and output (standard
+    /// output and standard error together).
     static func sh(_ script: String) async throws -> (status: Int32, output: String) {
-        try await SystemShell().run("DEMO='\(binary)'; \(script)")
+        let (status, output, _) = try await SystemShell().run("DEMO='\(binary)'; {\n\(script)\n} 2>&1")
+        return (status, output)
     }
 
     /// The file's contents, or "" if it cannot be read. Read with the C library: Foundation's
