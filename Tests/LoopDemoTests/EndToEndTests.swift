@@ -153,9 +153,7 @@ import Testing
             wait $pid
             echo "exit=$?" >> '\(scratch)/out'
             exec 3>&-
-            job=$(cat '\(scratch)/job')
-            for i in $(seq 200); do kill -0 $job 2>/dev/null || break; sleep 0.05; done
-            if kill -0 $job 2>/dev/null; then echo "job alive" >> '\(scratch)/out'; else echo "job gone" >> '\(scratch)/out'; fi
+            \(Demo.reportWhetherGone(pidFile: "\(scratch)/job", into: "\(scratch)/out"))
             cat '\(scratch)/out'
             """
         let (_, output) = try await Demo.sh(script)
@@ -207,9 +205,7 @@ import Testing
               | "$DEMO" --stdin > '\(scratch)/out' 2>&1
             echo "exit=$?" >> '\(scratch)/out'
             echo "took=$(( $(date +%s) - start ))" >> '\(scratch)/out'
-            job=$(cat '\(scratch)/pid')
-            for i in $(seq 200); do kill -0 $job 2>/dev/null || break; sleep 0.05; done
-            if kill -0 $job 2>/dev/null; then echo "job alive" >> '\(scratch)/out'; else echo "job gone" >> '\(scratch)/out'; fi
+            \(Demo.reportWhetherGone(pidFile: "\(scratch)/pid", into: "\(scratch)/out"))
             cat '\(scratch)/out'
             """
         let (_, output) = try await Demo.sh(script)
@@ -233,9 +229,7 @@ import Testing
             echo "exit=$?" >> '\(scratch)/out'
             echo "took=$(( $(date +%s) - start ))" >> '\(scratch)/out'
             for i in $(seq 100); do [ -s '\(scratch)/pid' ] && break; sleep 0.05; done
-            job=$(cat '\(scratch)/pid')
-            for i in $(seq 200); do kill -0 $job 2>/dev/null || break; sleep 0.05; done
-            if kill -0 $job 2>/dev/null; then echo "job alive" >> '\(scratch)/out'; kill -9 $job; else echo "job gone" >> '\(scratch)/out'; fi
+            \(Demo.reportWhetherGone(pidFile: "\(scratch)/pid", into: "\(scratch)/out"))
             cat '\(scratch)/out'
             """
         let (_, output) = try await Demo.sh(script)

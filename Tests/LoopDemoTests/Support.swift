@@ -51,6 +51,17 @@ enum Demo {
         return (status, output)
     }
 
+    /// Shell lines that wait (at most 10 s) for the process whose pid is in `pidFile` to be gone from the
+    /// process table, then append "job gone" or "job alive" to `out` (killing a survivor, so no test
+    /// leaves a process behind).
+    static func reportWhetherGone(pidFile: String, into out: String) -> String {
+        """
+        job=$(cat '\(pidFile)')
+        for i in $(seq 200); do kill -0 $job 2>/dev/null || break; sleep 0.05; done
+        if kill -0 $job 2>/dev/null; then echo "job alive" >> '\(out)'; kill -9 $job; else echo "job gone" >> '\(out)'; fi
+        """
+    }
+
     /// The file's contents, or "" if it cannot be read. Read with the C library: Foundation's
     /// `String(contentsOfFile:)` leaked a 4 KiB buffer here under LeakSanitizer (a file being written).
     static func read(_ path: String) -> String {
