@@ -12,6 +12,8 @@ struct Outcome {
     var runs: Int
     var ok: Bool
     var extra: [(key: String, value: Double)] = []
+    /// The rate of each run, for the minimum and maximum reported beside the median.
+    var rates: [Double] = []
 }
 
 /// Sizes of the workloads: full, or small for a smoke test.
@@ -137,7 +139,8 @@ enum Workloads {
             perSecond: Measure.median(rates),
             rawPerSecond: Measure.median(raws),
             runs: sizes.runs,
-            ok: ok
+            ok: ok,
+            rates: rates
         )
     }
 
@@ -182,7 +185,8 @@ enum Workloads {
             perSecond: Measure.median(rates),
             rawPerSecond: Measure.median(raws),
             runs: sizes.runs,
-            ok: ok
+            ok: ok,
+            rates: rates
         )
         if Measure.countsLocks { outcome.extra.append(("locks_per_round_trip", Measure.median(locks))) }
         return outcome
@@ -266,7 +270,8 @@ enum Workloads {
             rawPerSecond: Measure.median(raws),
             runs: sizes.runs,
             ok: ok,
-            extra: [("bytes_per_loop", Measure.median(bytes)), ("vm_hwm_bytes", Double(Measure.status("VmHWM")))]
+            extra: [("bytes_per_loop", Measure.median(bytes)), ("vm_hwm_bytes", Double(Measure.status("VmHWM")))],
+            rates: rates
         )
     }
 
@@ -353,7 +358,8 @@ enum Workloads {
             rawPerSecond: Measure.median(raws),
             runs: sizes.runs,
             ok: lost == 0 && correct,
-            extra: [("lost", Double(lost))]
+            extra: [("lost", Double(lost))],
+            rates: rates
         )
     }
 

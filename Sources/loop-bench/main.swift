@@ -41,7 +41,9 @@ func emit(_ outcome: Outcome) {
     if json {
         var fields = [
             #""workload":"\#(outcome.workload)""#,
+            #""per_sec_min":\#(jsonNumber((outcome.rates.min() ?? outcome.perSecond).rounded()))"#,
             #""per_sec":\#(jsonNumber(outcome.perSecond.rounded()))"#,
+            #""per_sec_max":\#(jsonNumber((outcome.rates.max() ?? outcome.perSecond).rounded()))"#,
             #""raw_per_sec":\#(jsonNumber(outcome.rawPerSecond.rounded()))"#,
             #""x_raw":\#(jsonNumber((ratio * 10_000).rounded() / 10_000))"#,
             #""runs":\#(outcome.runs)"#,
