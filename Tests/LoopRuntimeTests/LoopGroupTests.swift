@@ -156,4 +156,25 @@ import Testing
         #expect(group.send(.append(99), to: "0") == .rejected(.stopped))
         await #expect(throws: LoopError.alreadyStopped) { try await group.run() }
     }
+
+    @Test func aSecondStopWithAShorterGracePeriodBringsTheDeadlineForward() async throws {
+        let (gates, clock) = (Gates(), ManualClock())
+        let group = Group(
+            program: { _ in Program(first: First(state: Jobs.State()), update: Update(Jobs.update)) },
+            effects: Jobs.router(gates: gates),
+            clock: clock
+        )
+        let run = Task { try await group.run() }
+        _ = await group.waitUntilRunning()
+        group.send(.run([.job("stuck", .concurrent())]), to: "a")
+        await waitUntil { gates.arrivals("stuck") == 1 }
+        group.stop(gracePeriod: .seconds(3_600))
+        await clock.sleepers(atLeast: 1)
+        group.stop(gracePeriod: .seconds(1))
+        await clock.sleepers(atLeast: 2)
+        clock.advance(by: .seconds(1))
+        let report = try await run.value
+        #expect(report.ending == .deadlineExceeded)
+        #expect(report.effectsAbandoned == 1)
+    }
 }

@@ -137,19 +137,23 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
     }
 
     /// Graceful stop: the host to stop (if running) and the loops to stop. A group that never ran stops
-    /// for good, in the same step releasing the tasks waiting for it to start (it never will).
+    /// for good, in the same step releasing the tasks waiting for it to start (it never will). A group
+    /// already stopping hands back its host alone, so a shorter grace period can bring the deadline
+    /// forward.
     @inlinable
-    mutating func stop() -> (host: Host?, loops: [Member], startWaiters: [CheckedContinuation<Bool, Never>])? {
+    mutating func stop() -> GroupStop<Member>? {
         switch lifecycle {
         case .idle:
             lifecycle = .stopped
             finished.ending = .neverStarted
             defer { startWaiters = [] }
-            return (nil, all, startWaiters.map { $0.waiter })
+            return GroupStop(host: nil, loops: all, startWaiters: startWaiters.map { $0.waiter }, first: true)
         case .running(let host):
             lifecycle = .stopping(host)
-            return (host, all, [])
-        case .stopping, .stopped:
+            return GroupStop(host: host, loops: all, startWaiters: [], first: true)
+        case .stopping(let host):
+            return GroupStop(host: host, loops: [], startWaiters: [], first: false)
+        case .stopped:
             return nil
         }
     }
@@ -183,5 +187,27 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
     @inlinable
     mutating func end() {
         lifecycle = .stopped
+    }
+}
+
+/// What a group's stop does: the host to stop (if the group runs), the loops to stop, the tasks
+/// waiting for a start that will never come, and whether this is the group's first stop.
+@usableFromInline
+struct GroupStop<Member> {
+    @usableFromInline
+    var host: Host?
+    @usableFromInline
+    var loops: [Member]
+    @usableFromInline
+    var startWaiters: [CheckedContinuation<Bool, Never>]
+    @usableFromInline
+    var first: Bool
+
+    @inlinable
+    init(host: Host?, loops: [Member], startWaiters: [CheckedContinuation<Bool, Never>], first: Bool) {
+        self.host = host
+        self.loops = loops
+        self.startWaiters = startWaiters
+        self.first = first
     }
 }

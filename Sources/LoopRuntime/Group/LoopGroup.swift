@@ -241,14 +241,16 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
 
     /// Shuts every loop down gracefully, as ``Loop/stop(gracePeriod:)`` does for one: no new events,
     /// queued ones processed, effects given until `gracePeriod` to finish; then what is left is dropped,
-    /// cancelled or abandoned, and `run()` returns. Called before `run()`, it stops the group for good:
-    /// its loops never run, and the events sent to them are dropped and counted.
+    /// cancelled or abandoned, and `run()` returns. Called again while the group stops, it can only bring
+    /// the deadline forward. Called before `run()`, it stops the group for good: its loops never run, and
+    /// the events sent to them are dropped and counted.
     public func stop(gracePeriod: Duration = .seconds(30)) {
-        guard let (host, loops, startWaiters) = members.withLock({ $0.stop() }) else { return }
-        if host != nil { context.observeGroup(.stopping, entity: nil) }
-        for loop in loops { loop.beginStopping() }
-        if let host { host.requestStop(gracePeriod: gracePeriod) }
-        for waiter in startWaiters { waiter.resume(returning: false) }
+        guard let stop = members.withLock({ $0.stop() }) else { return }
+        if stop.host != nil && stop.first { context.observeGroup(.stopping, entity: nil) }
+        for loop in stop.loops { loop.beginStopping() }
+        // A later stop only brings the deadline forward, if its grace period is shorter.
+        if let host = stop.host { host.requestStop(gracePeriod: gracePeriod) }
+        for waiter in stop.startWaiters { waiter.resume(returning: false) }
     }
 }
 
