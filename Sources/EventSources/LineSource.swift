@@ -17,9 +17,10 @@ internal import Darwin
 /// UTF-8 are replaced, never rejected. A line is never sent in part: a line longer than
 /// ``maximumLineLength`` bytes, or one holding a NUL byte, is rejected whole (`invalid` says why, with
 /// its line number) and reading resumes at the next newline, so memory stays bounded whatever the
-/// input and no crafted line can be cut into a different one. At the end of input, or when reading
-/// fails (a closed descriptor, say), a last unterminated line is sent, then `end` if given; a read
-/// failure is then thrown. The descriptor is not closed.
+/// input and no crafted line can be cut into a different one. At the end of input a last line without
+/// a newline is sent as it is, then `end` if given. When reading fails (a closed descriptor, say), a
+/// last line without a newline may be cut short: it is rejected (``InvalidLine/unterminated(line:)``),
+/// then `end` is sent and the failure thrown. The descriptor is not closed.
 ///
 /// ```swift
 /// LineSource(fileDescriptor: 0, end: .inputClosed) { line in .command(line) }
@@ -63,8 +64,9 @@ public struct LineSource<Event: Sendable>: EventSource {
                 for line in splitter.append(chunk) where !deliver(line, send) { return }
             }
         } catch {
-            // A failed read ends the input as surely as its end does: what was read is sent, then `end`.
-            if let last = splitter.finish(), !deliver(last, send) { throw error }
+            // A failed read ends the input as surely as its end does, but a line it cut short is not
+            // sent as a command: it is rejected, then `end` is sent.
+            if let last = splitter.finish(cut: true), !deliver(last, send) { throw error }
             if let end { _ = deliver(end, send) }
             throw error
         }
@@ -94,9 +96,13 @@ public enum InvalidLine: Hashable, Sendable, CustomStringConvertible {
     /// Line `line` held a NUL byte, which no text line holds; none of it was sent.
     case containsNUL(line: Int)
 
+    /// The input failed in the middle of line `line`, so it may be cut short; none of it was sent.
+    case unterminated(line: Int)
+
     /// A sentence saying which line and why.
     public var description: String {
         switch self {
+        case .unterminated(let line): "line \(line) was cut short by a read error and was ignored"
         case .tooLong(let line, let limit): "line \(line) is longer than \(limit) bytes and was ignored"
         case .containsNUL(let line): "line \(line) contains a NUL byte and was ignored"
         }
@@ -200,10 +206,12 @@ struct LineSplitter {
         return lines
     }
 
-    /// The unterminated last line, if any.
-    mutating func finish() -> Line? {
+    /// The unterminated last line, if any; rejected whole if the input was `cut` (a read failed).
+    mutating func finish(cut: Bool = false) -> Line? {
         guard !pending.isEmpty || discarding else { return nil }
-        return complete()
+        let line = complete()
+        if cut, case .text = line { return .invalid(.unterminated(line: number)) }
+        return line
     }
 
     /// Ends the current line.

@@ -22,12 +22,14 @@ public enum ProcessTree {
         return found
     }
 
-    /// Kills `root`'s process group and every descendant of `root`, with `SIGKILL`, looking again
-    /// (a few times) for processes they started meanwhile.
-    public static func killTree(of root: Int32, group: Int32? = nil) {
+    /// Kills `root`'s process group, every descendant of `root`, and every other process holding one
+    /// of the pipes `pipes` names (by inode: what holds a job's output open, even a process whose
+    /// parent has exited, so that it is no longer a descendant), with `SIGKILL`, looking again (a few
+    /// times) for processes they started meanwhile.
+    public static func killTree(of root: Int32, group: Int32? = nil, holdingPipes pipes: Set<UInt64> = []) {
         var killed: Set<pid_t> = []
         for _ in 0..<5 {
-            let found = descendants(of: root).filter { !killed.contains($0) }
+            let found = (descendants(of: root) + holders(of: pipes)).filter { !killed.contains($0) }
             if let group { _ = kill(-group, SIGKILL) }
             for pid in found { _ = kill(pid, SIGKILL) }
             killed.formUnion(found)
@@ -48,6 +50,64 @@ public enum ProcessTree {
         let prctl = unsafeBitCast(symbol, to: Prctl.self)
         let setChildSubreaper: Int32 = 36
         return prctl(setChildSubreaper, 1, 0, 0, 0) == 0
+    }
+
+    /// Reaps this process's children that have exited and are not in `waited` (whose exits someone
+    /// else waits for): processes jobs left behind, re-parented here, which would otherwise stay
+    /// zombies until the demo exits.
+    public static func reapExited(except waited: Set<Int32>) {
+        let me = getpid()
+        for (pid, parent) in parents() where parent == me && !waited.contains(pid) && isZombie(pid) {
+            var status: Int32 = 0
+            _ = waitpid(pid, &status, WNOHANG)
+        }
+    }
+
+    /// Whether `pid` has exited and waits to be reaped (state `Z` in its `stat`).
+    static func isZombie(_ pid: pid_t) -> Bool {
+        guard let file = fopen("/proc/\(pid)/stat", "r") else { return false }
+        defer { fclose(file) }
+        var buffer = [UInt8](repeating: 0, count: 1_024)
+        let count = fread(&buffer, 1, buffer.count, file)
+        let text = String(decoding: buffer.prefix(max(count, 0)), as: UTF8.self)
+        guard let close = text.lastIndex(of: ")") else { return false }
+        return text[text.index(after: close)...].split(separator: " ").first == "Z"
+    }
+
+    /// The processes other than this one with a descriptor on one of the pipes `inodes` names.
+    static func holders(of inodes: Set<UInt64>) -> [pid_t] {
+        guard !inodes.isEmpty, let directory = opendir("/proc") else { return [] }
+        defer { closedir(directory) }
+        let me = getpid()
+        var found: [pid_t] = []
+        while let entry = readdir(directory) {
+            guard let pid = pid_t(name(of: entry)), pid != me, let descriptors = opendir("/proc/\(pid)/fd") else {
+                continue
+            }
+            defer { closedir(descriptors) }
+            while let descriptor = readdir(descriptors) {
+                var target = [CChar](repeating: 0, count: 64)
+                let length = readlink("/proc/\(pid)/fd/\(name(of: descriptor))", &target, target.count - 1)
+                guard length > 0 else { continue }
+                let link = String(decoding: target.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                if link.hasPrefix("pipe:["), let inode = UInt64(link.dropFirst(6).dropLast()), inodes.contains(inode) {
+                    found.append(pid)
+                    break
+                }
+            }
+        }
+        return found
+    }
+
+    /// The inode of the pipe `descriptor` is an end of.
+    static func pipeInode(_ descriptor: Int32) -> UInt64? {
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { return nil }
+        return UInt64(status.st_ino)
+    }
+
+    private static func name(of entry: UnsafeMutablePointer<dirent>) -> String {
+        withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
     }
 
     /// Every process's parent, from `/proc/PID/stat`.

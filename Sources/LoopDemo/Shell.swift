@@ -1,4 +1,5 @@
 internal import EventSources
+internal import LoopRuntime
 
 #if canImport(Glibc)
 internal import Glibc
@@ -57,9 +58,20 @@ private final class Child: Sendable {
     let pid: pid_t
     let output: Int32
     let errors: Int32
+    /// The inodes of the command's two pipes: whatever holds them open belongs to the command.
+    let pipes: Set<UInt64>
+
+    /// The commands running now, whose exits their own threads wait for: what may not be reaped
+    /// anywhere else.
+    static let running = Locked(Set<pid_t>())
 
     init(_ command: String) throws {
-        (pid, output, errors) = try Self.spawn(command)
+        (pid, output, errors) = try Self.running.withLock { running in
+            let spawned = try Self.spawn(command)
+            running.insert(spawned.0)
+            return spawned
+        }
+        pipes = Set([output, errors].compactMap(ProcessTree.pipeInode))
     }
 
     private static func spawn(_ command: String) throws -> (pid_t, Int32, Int32) {
@@ -122,8 +134,17 @@ private final class Child: Sendable {
                 {
                     let (output, errors) = self.readBoth()
                     var status: Int32 = 0
-                    while waitpid(self.pid, &status, 0) < 0 && errno == EINTR {}
-                    let exit = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+                    var waited: pid_t = -1
+                    repeat { waited = waitpid(self.pid, &status, 0) } while waited < 0 && errno == EINTR
+                    // Reaped elsewhere (it should not be: see `running`): say so rather than report success.
+                    let exit =
+                        waited < 0 ? 255 : (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+                    // Now that this command is reaped, reap what earlier commands left behind; under the
+                    // lock that spawning takes, so a command started meanwhile is never reaped here.
+                    Self.running.withLock { running in
+                        running.remove(self.pid)
+                        ProcessTree.reapExited(except: running)
+                    }
                     continuation.resume(
                         returning: (
                             exit,
@@ -173,10 +194,11 @@ private final class Child: Sendable {
         return (output, errors)
     }
 
-    /// Kills the command and everything it started: its process group, and every descendant, even one
-    /// that left the group (`setsid`).
+    /// Kills the command and everything it started: its process group, every descendant, even one that
+    /// left the group (`setsid`), and every process still holding its output pipes, even one whose
+    /// parent exited (`setsid -f`, a double fork).
     func kill() {
-        ProcessTree.killTree(of: pid, group: pid)
+        ProcessTree.killTree(of: pid, group: pid, holdingPipes: pipes)
     }
 }
 

@@ -12,8 +12,8 @@
 /// ```
 public protocol EventStore: Sendable {
     /// Appends `payloads`, in order, to `stream`, which must be at `expectedVersion` (0 for a stream
-    /// with no events). Returns the stream's new version. All or nothing: on any error nothing of the
-    /// batch is stored, and a version conflict is ``EventStoreError/Kind/versionConflict(expected:actual:)``,
+    /// with no events). Returns the stream's new version (unchanged for an empty batch). All or nothing:
+    /// on any error nothing of the batch is stored, and a version conflict is ``EventStoreError/Kind/versionConflict(expected:actual:)``,
     /// never an overwrite.
     func append(
         _ payloads: [[UInt8]],
@@ -77,10 +77,26 @@ public struct StoredEvents: AsyncSequence, Sendable {
                 guard !ended else { return nil }
                 page = try await store.read(stream, after: next, limit: pageSize)
                 index = 0
+                if page.count > pageSize {
+                    throw EventStoreError(
+                        .corrupted(
+                            location: "a page after version \(next)",
+                            reason: "\(page.count) events where at most \(pageSize) were asked for"
+                        ),
+                        stream: stream
+                    )
+                }
                 if page.count < pageSize { ended = true }
                 guard !page.isEmpty else { return nil }
             }
             let event = page[index]
+            // A store that repeats or skips a version would make this loop forever or lose events.
+            guard event.version == next + 1 else {
+                throw EventStoreError(
+                    .corrupted(location: "version \(event.version)", reason: "expected version \(next + 1)"),
+                    stream: stream
+                )
+            }
             index += 1
             next = event.version
             return event

@@ -11,7 +11,7 @@ public struct EventStoreError: Error, Hashable, Sendable, CustomStringConvertibl
         case io(code: Int32, action: String)
         /// The store is closed, or another process holds it.
         case unavailable(reason: String)
-        /// An argument the caller controls is not acceptable (an empty batch, a version from the future).
+        /// An argument the caller controls is not acceptable (a snapshot past the end of its stream, say).
         case invalid(reason: String)
     }
 

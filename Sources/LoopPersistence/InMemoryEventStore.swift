@@ -38,7 +38,7 @@ public final class InMemoryEventStore: EventStore {
             let events = contents.streams[stream] ?? []
             guard version < UInt64(events.count), limit > 0 else { return [] }
             let start = Int(version)
-            let end = min(events.count, start + limit)
+            let end = start + min(limit, events.count - start)
             return (start..<end).map { StoredEvent(stream: stream, version: UInt64($0 + 1), payload: events[$0]) }
         }
     }

@@ -1,10 +1,12 @@
 // Foundation for JSON only: the one place this module uses it.
 internal import Foundation
 
-/// Encodes values as JSON (sorted keys, so equal values give equal bytes).
+/// Encodes values as JSON, with sorted keys (so equal structs and string-keyed dictionaries give equal
+/// bytes; a `Set`'s order is not fixed).
 ///
-/// Its decoding errors name the path and what was expected (`event.submitted.name: expected a
-/// String, found a number`), never Foundation's generic wording.
+/// Its decoding errors name the path that did not decode and what was expected or missing
+/// (`submitted.attempts: no value for 'attempts'`), rather than Foundation's bare
+/// "the data couldn't be read".
 public struct JSONCodec<Value: Codable>: EventCodec {
     /// Creates a codec.
     public init() {}

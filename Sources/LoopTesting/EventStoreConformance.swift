@@ -1,4 +1,5 @@
 public import LoopPersistence
+internal import LoopRuntime
 
 /// The checks every ``LoopPersistence/EventStore`` must pass, run against a store a test makes.
 ///
@@ -121,6 +122,8 @@ public struct EventStoreConformance: Sendable {
         }
         let version = try await store.version(of: "s")
         expect(version == 3, "version \(version) after the conflict, expected 3", into: &failures)
+        let kept = try await store.read("s", after: 0, limit: 10).map(\.payload)
+        expect(kept == (1...3).map(payload), "the events after the conflict are \(kept)", into: &failures)
         return failures
     }
 
@@ -142,7 +145,14 @@ public struct EventStoreConformance: Sendable {
             for writer in 0..<writers {
                 group.addTask {
                     for index in 0..<each {
-                        while true {
+                        // A store that never lets an append through fails the check instead of hanging it.
+                        for attempt in 0... {
+                            guard attempt < 10_000, !Task.isCancelled else {
+                                throw EventStoreError(
+                                    .unavailable(reason: "an append never got through"),
+                                    stream: "shared"
+                                )
+                            }
                             let version = try await store.version(of: "shared")
                             do {
                                 _ = try await store.append(
@@ -177,7 +187,9 @@ public struct EventStoreConformance: Sendable {
     static func readsDuringWrites(_ store: any EventStore) async throws -> [String] {
         let count = 500
         return try await withThrowingTaskGroup(of: [String].self) { group in
+            let writing = WriterState()
             group.addTask {
+                defer { writing.finish() }
                 for index in 1...count {
                     _ = try await store.append([payload(index)], to: "s", expecting: UInt64(index - 1))
                 }
@@ -186,7 +198,9 @@ public struct EventStoreConformance: Sendable {
             group.addTask {
                 var failures: [String] = []
                 var seen = 0
-                while seen < count {
+                // Until it has seen every event; or, once the writer is done, after one more read.
+                while seen < count && !Task.isCancelled {
+                    let writerDone = writing.isDone
                     let events = try await store.read("s", after: 0, limit: count)
                     let expected = (0..<events.count).map {
                         StoredEvent(stream: "s", version: UInt64($0 + 1), payload: payload($0 + 1))
@@ -196,6 +210,10 @@ public struct EventStoreConformance: Sendable {
                         break
                     }
                     seen = events.count
+                    if writerDone && seen < count {
+                        failures.append("after every append, a read found \(seen) of \(count) events")
+                        break
+                    }
                     await Task.yield()
                 }
                 return failures
@@ -252,5 +270,16 @@ public struct EventStoreConformance: Sendable {
         let page = try await store.read("big", after: 0, limit: 100)
         expect(page.count == 100, "a page of limit 100 held \(page.count) events", into: &failures)
         return failures
+    }
+}
+
+/// Whether the writer of a read-during-writes check has finished (successfully or not).
+final class WriterState: Sendable {
+    private let done = Locked(false)
+
+    var isDone: Bool { done.withLock { $0 } }
+
+    func finish() {
+        done.withLock { $0 = true }
     }
 }

@@ -9,6 +9,13 @@ import LoopRuntime
 import Glibc
 #endif
 
+// A standard descriptor closed by the caller (`loop-demo --stdin <&-`) would be reused by the next
+// descriptor opened (the dispatch library's, a job's pipe, the journal), and commands read from it or
+// errors written into it. Put /dev/null there first, before anything else opens a descriptor.
+for standard in Int32(0)...2 where fcntl(standard, F_GETFD) == -1 && errno == EBADF {
+    _ = open("/dev/null", O_RDWR)
+}
+
 // loop-demo: a job runner built from EffectLoop's modules. Every decision is the pure update in
 // LoopDemo/JobRunner+Update.swift; this file only wires services, sources and the loop together.
 
@@ -148,12 +155,14 @@ func run(stdin: Bool, journalPath: String?, acks: Bool) async -> Int32 {
         immediate: { loop.stop(gracePeriod: .zero) }
     )
     defer { _ = signals }
+    // No job's process outlives the demo, whatever the way out: kill what the jobs left behind
+    // (re-parented here).
+    defer { ProcessTree.killTree(of: getpid()) }
     do {
         let report = try await loop.run()
+        ProcessTree.killTree(of: getpid())
         console.clearProgress()
         print("")
-        // No job's process outlives the demo: kill whatever the jobs left behind (re-parented here).
-        ProcessTree.killTree(of: getpid())
         for line in JobRunner.summary(loop.state) { print(Console.escapingControlCharacters(line)) }
         print("loop: \(report)")
         if let recorder { print("journal: \(recorder.recorded) events recorded in \(journalPath ?? "")") }

@@ -20,6 +20,7 @@ import Testing
         #expect(
             failures == [
                 "an append expecting version 1 of a stream at 3 succeeded", "version 4 after the conflict, expected 3",
+                "the events after the conflict are \((1...3).map { Array("event \($0)".utf8) } + [Array("event 99".utf8)])",
             ]
         )
     }

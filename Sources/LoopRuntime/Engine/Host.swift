@@ -117,11 +117,16 @@ final class Host: Sendable {
     /// Asks for a graceful stop within `gracePeriod`; the shortest asked for wins.
     @usableFromInline
     func requestStop(gracePeriod: Duration) {
+        var coordinating = true
         post { mailbox in
             mailbox.stop = mailbox.stop.map { min($0, gracePeriod) } ?? gracePeriod
             mailbox.stopRequested = true
             if mailbox.members <= 0 { mailbox.quiescent = true }
+            coordinating = mailbox.coordinating
         }
+        // The hosting task no longer takes commands (every member stopped; it waits for a source that
+        // ignores cancellation): the deadline must still come.
+        if !coordinating { startDeadline(after: gracePeriod) }
     }
 
     /// The task running `run()` was cancelled. Once the hosting task no longer coordinates (every
