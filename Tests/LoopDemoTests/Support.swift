@@ -46,9 +46,51 @@ enum Demo {
 
     /// Runs `script` with `/bin/sh`, `$DEMO` set to the binary; its exit status and output (standard
     /// output and standard error together).
-    static func sh(_ script: String) async throws -> (status: Int32, output: String) {
-        let (status, output, _) = try await SystemShell().run("DEMO='\(binary)'; {\n\(script)\n} 2>&1")
+    ///
+    /// Every process the script starts carries a marker in its environment; once the script has ended,
+    /// none may be left in the process table. One still there after a short wait fails the test and is
+    /// killed, so no test leaves a process behind unnoticed.
+    static func sh(
+        _ script: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws -> (status: Int32, output: String) {
+        let marker = "EFFECTLOOP_TEST_RUN=\(UUID().uuidString)"
+        let (status, output, _) = try await SystemShell().run(
+            "export \(marker); DEMO='\(binary)'; {\n\(script)\n} 2>&1"
+        )
+        var leftovers = processes(carrying: marker)
+        for _ in 0..<100 where !leftovers.isEmpty {
+            try await Task.sleep(for: .milliseconds(20))
+            leftovers = processes(carrying: marker)
+        }
+        if !leftovers.isEmpty {
+            Issue.record("processes left running after the script: \(leftovers)", sourceLocation: sourceLocation)
+            for pid in leftovers { kill(pid, SIGKILL) }
+        }
         return (status, output)
+    }
+
+    /// The live processes whose environment holds `entry` (`NAME=value`).
+    static func processes(carrying entry: String) -> [pid_t] {
+        guard let directory = opendir("/proc") else { return [] }
+        defer { closedir(directory) }
+        var found: [pid_t] = []
+        while let item = readdir(directory) {
+            let name = withUnsafeBytes(of: item.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            guard let pid = pid_t(name), let file = fopen("/proc/\(pid)/environ", "r") else { continue }
+            var bytes: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 4_096)
+            while true {
+                let count = fread(&buffer, 1, buffer.count, file)
+                if count <= 0 { break }
+                bytes += buffer.prefix(count)
+            }
+            fclose(file)
+            if bytes.split(separator: 0).contains(where: { $0.elementsEqual(entry.utf8) }) { found.append(pid) }
+        }
+        return found
     }
 
     /// Shell lines that wait (at most 10 s) for the process whose pid is in `pidFile` to be gone from the
