@@ -41,30 +41,12 @@ public enum FuzzCorpus {
 
     /// The regular files at `path`: itself, or those directly inside it, sorted.
     public static func files(at path: String) -> [String] {
-        guard let directory = opendir(path) else { return [path] }
-        defer { closedir(directory) }
-        var names: [String] = []
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-            }
-            if !name.hasPrefix(".") { names.append(path + "/" + name) }
-        }
-        return names.sorted()
+        guard let names = FileSystem.entries(of: path) else { return [path] }
+        return names.filter { !$0.hasPrefix(".") }.map { path + "/" + $0 }.sorted()
     }
 
     /// The bytes of the file at `path` (empty if it cannot be read).
     public static func read(_ path: String) -> [UInt8] {
-        let descriptor = open(path, O_RDONLY)
-        guard descriptor >= 0 else { return [] }
-        defer { close(descriptor) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65_536)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
-            if count <= 0 { break }
-            bytes += buffer.prefix(count)
-        }
-        return bytes
+        FileSystem.bytes(at: path)
     }
 }

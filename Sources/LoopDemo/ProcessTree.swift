@@ -57,46 +57,30 @@ public enum ProcessTree {
     /// zombies until the demo exits.
     public static func reapExited(except waited: Set<Int32>) {
         let me = getpid()
-        for (pid, parent) in parents() where parent == me && !waited.contains(pid) && isZombie(pid) {
-            var status: Int32 = 0
-            _ = waitpid(pid, &status, WNOHANG)
+        for pid in pids() where !waited.contains(pid) {
+            guard let found = status(of: pid), found.parent == me, found.state == "Z" else { continue }
+            var exit: Int32 = 0
+            _ = waitpid(pid, &exit, WNOHANG)
         }
-    }
-
-    /// Whether `pid` has exited and waits to be reaped (state `Z` in its `stat`).
-    static func isZombie(_ pid: pid_t) -> Bool {
-        guard let file = fopen("/proc/\(pid)/stat", "r") else { return false }
-        defer { fclose(file) }
-        var buffer = [UInt8](repeating: 0, count: 1_024)
-        let count = fread(&buffer, 1, buffer.count, file)
-        let text = String(decoding: buffer.prefix(max(count, 0)), as: UTF8.self)
-        guard let close = text.lastIndex(of: ")") else { return false }
-        return text[text.index(after: close)...].split(separator: " ").first == "Z"
     }
 
     /// The processes other than this one with a descriptor on one of the pipes `inodes` names.
     static func holders(of inodes: Set<UInt64>) -> [pid_t] {
-        guard !inodes.isEmpty, let directory = opendir("/proc") else { return [] }
-        defer { closedir(directory) }
+        guard !inodes.isEmpty else { return [] }
         let me = getpid()
-        var found: [pid_t] = []
-        while let entry = readdir(directory) {
-            guard let pid = pid_t(name(of: entry)), pid != me, let descriptors = opendir("/proc/\(pid)/fd") else {
-                continue
-            }
-            defer { closedir(descriptors) }
-            while let descriptor = readdir(descriptors) {
-                var target = [CChar](repeating: 0, count: 64)
-                let length = readlink("/proc/\(pid)/fd/\(name(of: descriptor))", &target, target.count - 1)
-                guard length > 0 else { continue }
-                let link = String(decoding: target.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self)
-                if link.hasPrefix("pipe:["), let inode = UInt64(link.dropFirst(6).dropLast()), inodes.contains(inode) {
-                    found.append(pid)
-                    break
+        return pids().filter { pid in
+            pid != me
+                && (FileSystem.entries(of: "/proc/\(pid)/fd") ?? []).contains { descriptor in
+                    var target = [CChar](repeating: 0, count: 64)
+                    let length = readlink("/proc/\(pid)/fd/\(descriptor)", &target, target.count - 1)
+                    guard length > 0 else { return false }
+                    let link = String(decoding: target.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                    guard link.hasPrefix("pipe:["), let inode = UInt64(link.dropFirst(6).dropLast()) else {
+                        return false
+                    }
+                    return inodes.contains(inode)
                 }
-            }
         }
-        return found
     }
 
     /// The inode of the pipe `descriptor` is an end of.
@@ -106,37 +90,24 @@ public enum ProcessTree {
         return UInt64(status.st_ino)
     }
 
-    private static func name(of entry: UnsafeMutablePointer<dirent>) -> String {
-        withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-    }
-
     /// Every process's parent, from `/proc/PID/stat`.
     static func parents() -> [(pid: pid_t, parent: pid_t)] {
-        guard let directory = opendir("/proc") else { return [] }
-        defer { closedir(directory) }
-        var result: [(pid_t, pid_t)] = []
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) {
-                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            guard let pid = pid_t(name), let parent = parent(of: pid) else { continue }
-            result.append((pid, parent))
-        }
-        return result
+        pids().compactMap { pid in status(of: pid).map { (pid, $0.parent) } }
     }
 
-    /// The parent of `pid`: the fourth field of its `stat`, after the command name in parentheses
-    /// (which may itself hold spaces and parentheses, so it is found from the last one).
-    static func parent(of pid: pid_t) -> pid_t? {
-        guard let file = fopen("/proc/\(pid)/stat", "r") else { return nil }
-        defer { fclose(file) }
-        var buffer = [UInt8](repeating: 0, count: 1_024)
-        let count = fread(&buffer, 1, buffer.count, file)
-        guard count > 0 else { return nil }
-        let text = String(decoding: buffer.prefix(count), as: UTF8.self)
+    /// Every process in `/proc`.
+    static func pids() -> [pid_t] {
+        (FileSystem.entries(of: "/proc") ?? []).compactMap { pid_t($0) }
+    }
+
+    /// The state letter (`R`, `S`, `Z`, …) and parent of `pid`: the third and fourth fields of its
+    /// `stat`, after the command name in parentheses (which may itself hold spaces and parentheses, so
+    /// it is found from the last one).
+    static func status(of pid: pid_t) -> (state: Substring, parent: pid_t)? {
+        let text = String(decoding: FileSystem.bytes(at: "/proc/\(pid)/stat"), as: UTF8.self)
         guard let close = text.lastIndex(of: ")") else { return nil }
         let fields = text[text.index(after: close)...].split(separator: " ")
-        guard fields.count > 1 else { return nil }
-        return pid_t(fields[1])
+        guard fields.count > 1, let parent = pid_t(fields[1]) else { return nil }
+        return (fields[0], parent)
     }
 }

@@ -220,10 +220,7 @@ private let addCloseFrom: (@convention(c) (UnsafeMutablePointer<posix_spawn_file
 /// without close-on-exec, could then still reach the child).
 private func closeAllAboveStandardStreams(_ actions: inout posix_spawn_file_actions_t) {
     if let addCloseFrom, addCloseFrom(&actions, 3) == 0 { return }
-    guard let directory = opendir("/proc/self/fd") else { return }
-    defer { closedir(directory) }
-    while let entry = readdir(directory) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+    for name in FileSystem.entries(of: "/proc/self/fd") ?? [] {
         if let descriptor = Int32(name), descriptor > 2 { posix_spawn_file_actions_addclose(&actions, descriptor) }
     }
 }

@@ -72,25 +72,9 @@ enum Demo {
 
     /// The live processes whose environment holds `entry` (`NAME=value`).
     static func processes(carrying entry: String) -> [pid_t] {
-        guard let directory = opendir("/proc") else { return [] }
-        defer { closedir(directory) }
-        var found: [pid_t] = []
-        while let item = readdir(directory) {
-            let name = withUnsafeBytes(of: item.pointee.d_name) {
-                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            guard let pid = pid_t(name), let file = fopen("/proc/\(pid)/environ", "r") else { continue }
-            var bytes: [UInt8] = []
-            var buffer = [UInt8](repeating: 0, count: 4_096)
-            while true {
-                let count = fread(&buffer, 1, buffer.count, file)
-                if count <= 0 { break }
-                bytes += buffer.prefix(count)
-            }
-            fclose(file)
-            if bytes.split(separator: 0).contains(where: { $0.elementsEqual(entry.utf8) }) { found.append(pid) }
+        (FileSystem.entries(of: "/proc") ?? []).compactMap(pid_t.init).filter { pid in
+            FileSystem.bytes(at: "/proc/\(pid)/environ").split(separator: 0).contains { $0.elementsEqual(entry.utf8) }
         }
-        return found
     }
 
     /// Shell lines that wait (at most 10 s) for the process whose pid is in `pidFile` to be gone from the
@@ -104,18 +88,9 @@ enum Demo {
         """
     }
 
-    /// The file's contents, or "" if it cannot be read. Read with the C library: Foundation's
-    /// `String(contentsOfFile:)` leaked a 4 KiB buffer here under LeakSanitizer (a file being written).
+    /// The file's contents, or "" if it cannot be read.
     static func read(_ path: String) -> String {
-        guard let file = fopen(path, "r") else { return "" }
-        defer { fclose(file) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = fread(&buffer, 1, buffer.count, file)
-            if count <= 0 { break }
-            bytes += buffer[0..<count]
-        }
-        return String(decoding: bytes, as: UTF8.self)
+        String(decoding: FileSystem.bytes(at: path), as: UTF8.self)
     }
+
 }

@@ -120,9 +120,32 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
         return .inserted(delivery, first: first)
     }
 
-    /// Starts running on `host`: claims every loop created so far; each, with what it starts with.
+    /// Registers a task waiting for the group to start: `true` if it runs or ran, `false` if it stopped
+    /// without running, `nil` when the waiter was parked until ``start(_:)`` or ``stop()``.
     @inlinable
-    mutating func start(_ host: Host) throws(LoopError) -> [(Member, Dispatch<Effect, Event>)] {
+    mutating func waitForStart(_ id: UInt64, _ waiter: CheckedContinuation<Bool, Never>) -> Bool? {
+        switch lifecycle {
+        case .idle:
+            startWaiters.append((id, waiter))
+            return nil
+        case .running, .stopping: return true
+        case .stopped: return finished.ending != .neverStarted
+        }
+    }
+
+    /// Removes a start waiter that gave up; its continuation, if it was still waiting.
+    @inlinable
+    mutating func removeStartWaiter(_ id: UInt64) -> CheckedContinuation<Bool, Never>? {
+        guard let index = startWaiters.firstIndex(where: { $0.id == id }) else { return nil }
+        return startWaiters.remove(at: index).waiter
+    }
+
+    /// Starts running on `host`: claims every loop created so far; each, with what it starts with, and
+    /// the tasks waiting for the start.
+    @inlinable
+    mutating func start(
+        _ host: Host
+    ) throws(LoopError) -> ([(Member, Dispatch<Effect, Event>)], [CheckedContinuation<Bool, Never>]) {
         switch lifecycle {
         case .idle: break
         case .running, .stopping: throw .alreadyRunning
@@ -133,7 +156,8 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
         for loop in loops.values {
             if let first = try? loop.claim(for: host) { started.append((loop, first)) }
         }
-        return started
+        defer { startWaiters = [] }
+        return (started, startWaiters.map { $0.waiter })
     }
 
     /// Graceful stop: the host to stop (if running) and the loops to stop. A group that never ran stops

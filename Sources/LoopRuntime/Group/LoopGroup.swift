@@ -174,23 +174,12 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let known = members.withLock { members -> Bool? in
-                    if Task.isCancelled { return false }
-                    switch members.lifecycle {
-                    case .idle:
-                        members.startWaiters.append((id, continuation))
-                        return nil
-                    case .running, .stopping: return true
-                    case .stopped: return members.finished.ending != .neverStarted
-                    }
+                    Task.isCancelled ? false : members.waitForStart(id, continuation)
                 }
                 if let known { continuation.resume(returning: known) }
             }
         } onCancel: {
-            let waiter = members.withLock { members -> CheckedContinuation<Bool, Never>? in
-                guard let index = members.startWaiters.firstIndex(where: { $0.id == id }) else { return nil }
-                return members.startWaiters.remove(at: index).waiter
-            }
-            waiter?.resume(returning: false)
+            members.withLock { $0.removeStartWaiter(id) }?.resume(returning: false)
         }
     }
 
@@ -204,11 +193,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     @discardableResult
     public func run() async throws -> LoopReport {
         let host = Host(clock: context.clock)
-        let (started, waiters) = try members.withLock { members in
-            let started = try members.start(host)
-            defer { members.startWaiters = [] }
-            return (started, members.startWaiters.map { $0.waiter })
-        }
+        let (started, waiters) = try members.withLock { try $0.start(host) }
         host.launch(
             sources: nil,
             shutdown: Host.Shutdown(

@@ -51,7 +51,7 @@ import Testing
         var members = Members()
         _ = members.insert(loop("a"), for: "a", event: 1)
         _ = members.insert(loop("b"), for: "b", event: 2)
-        let started = try members.start(host)
+        let (started, _) = try members.start(host)
         #expect(started.count == 2 && started.allSatisfy { $0.0.isRunning })
         #expect(members.isRunning)
         #expect(throws: LoopError.alreadyRunning) { _ = try members.start(host) }
