@@ -48,32 +48,40 @@ extension Loop {
     /// none, runs inline (synchronous) or is reported failed (unrouted).
     @inlinable
     func dispatch(_ dispatch: Dispatch<Effect, Event>, send: Send<Event>) {
-        var decisions = dispatch.decisions.makeIterator()
-        var decision = decisions.next()
+        // Most events decide nothing (synchronous effects only): no decision list to walk.
+        guard let decided = dispatch.decided else {
+            for effect in dispatch.effects { performUndecided(effect, send: send) }
+            return
+        }
+        var next = 0
         for (index, effect) in dispatch.effects.enumerated() {
-            if let current = decision, current.index == index {
-                decision = decisions.next()
-                apply(current.admission, to: effect, on: dispatch.host)
-                continue
+            if next < decided.list.count, decided.list[next].index == index {
+                apply(decided.list[next].admission, to: effect, on: decided.host)
+                next += 1
+            } else {
+                performUndecided(effect, send: send)
             }
-            if let stopRequest = context.router.stopRequest, let gracePeriod = stopRequest(effect) {
-                stopItself(gracePeriod: gracePeriod, asked: effect)
-                continue
-            }
-            switch context.router.performer(for: effect) {
-            case .sync(let perform):
-                performSync(effect, perform, send: send)
-            case .async:
-                // The engine decides every asynchronous effect, so this is never reached; were it, the
-                // effect would be reported rather than lost.
-                countSync(completed: false)
-                reportFailure(of: effect, EffectError.unrouted, send: send)
-            case nil:
-                // A `cancel` effect needs no route; with no asynchronous route there is nothing to cancel.
-                if context.router.lifecycle(of: effect).policy == .cancel { continue }
-                countSync(completed: false)
-                reportFailure(of: effect, EffectError.unrouted, send: send)
-            }
+        }
+    }
+
+    /// Performs an effect the engine took no decision for: it stops the loop, runs inline, or is
+    /// reported failed (unrouted).
+    @inlinable
+    func performUndecided(_ effect: Effect, send: Send<Event>) {
+        if let stopRequest = context.router.stopRequest, let gracePeriod = stopRequest(effect) {
+            return stopItself(gracePeriod: gracePeriod, asked: effect)
+        }
+        switch context.router.performer(for: effect) {
+        case .sync(let perform):
+            performSync(effect, perform, send: send)
+        case nil where context.router.lifecycle(of: effect).policy == .cancel:
+            // A `cancel` effect needs no route; with no asynchronous route there is nothing to cancel.
+            break
+        case .async, nil:
+            // The engine decides every asynchronous effect, so `.async` is never reached here; were it,
+            // the effect would be reported rather than lost, as an unrouted one is.
+            countSync(completed: false)
+            reportFailure(of: effect, EffectError.unrouted, send: send)
         }
     }
 
