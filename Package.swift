@@ -53,7 +53,7 @@ let package = Package(
             name: "LoopJournalTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopJournal"]
         ),
-        .testTarget(name: "LoopPersistenceTests", dependencies: ["LoopPersistence", "LoopTesting"]),
+        .testTarget(name: "LoopPersistenceTests", dependencies: ["LoopPersistence", "LoopRuntime", "LoopTesting"]),
         .testTarget(
             name: "LoopRuntimeTests",
             dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopTesting"]

@@ -1,0 +1,651 @@
+internal import Dispatch
+internal import LoopRuntime
+
+#if canImport(Glibc)
+internal import Glibc
+#elseif canImport(Musl)
+internal import Musl
+#elseif canImport(Darwin)
+internal import Darwin
+#endif
+
+/// The embedded event store: a directory of append-only log files, with no server and no dependency.
+///
+/// ```swift
+/// let store = try FileEventStore(directory: "/var/lib/orders")
+/// let version = try await store.append([payload], to: "order-17", expecting: 0)  // durable now
+/// ```
+///
+/// - **Durable when acknowledged**: ``append(_:to:expecting:)`` and ``save(_:)`` return after their
+///   record is written and `fdatasync`ed.
+/// - **Group commit**: appends from every loop and thread that arrive while a write is under way are
+///   written together, in one `write` and one `fdatasync`.
+/// - **Framed records**: every record carries its length and a CRC-32 (``RecordFrame``); a batch of
+///   events is one record, so an append is all or nothing on disk too.
+/// - **One writer**: a lock file (`store.lock`) admits one open store per directory; a second open,
+///   from this process or another, fails with ``EventStoreError/Kind/unavailable(reason:)`` naming the
+///   holder.
+/// - **Recovery on open**: a torn tail (a write the process did not finish) is truncated and reported
+///   in ``recovery``; damage before the tail is an error naming the file and offset. Nothing is skipped.
+/// - **Failed writes**: when a write or `fdatasync` fails (ENOSPC, EIO), the log is cut back to its last
+///   good record and the append fails; nothing acknowledged is lost. After a failed `fdatasync` the
+///   store refuses further writes (the kernel may have dropped the data) until it is opened again.
+///
+/// Memory holds an index of a few words per stream (see `Docs/Persistence.md`), not the history.
+public final class FileEventStore: EventStore {
+    /// How the store lays out its files.
+    public struct Options: Sendable {
+        /// The size past which the store starts a new log file (64 MiB by default).
+        public var segmentBytes: Int
+
+        /// Options with the defaults.
+        public init(segmentBytes: Int = 64 * 1_024 * 1_024) {
+            self.segmentBytes = segmentBytes
+        }
+    }
+
+    /// What opening the store found.
+    public struct Recovery: Hashable, Sendable {
+        /// The log files read.
+        public var segments: Int
+        /// The streams found.
+        public var streams: Int
+        /// The events found, over every stream.
+        public var events: UInt64
+        /// A torn tail cut off the last log file, if there was one: a write that did not finish, so
+        /// never acknowledged.
+        public var truncated: TruncatedTail?
+
+        /// Creates a description of an opening.
+        public init(segments: Int, streams: Int, events: UInt64, truncated: TruncatedTail?) {
+            self.segments = segments
+            self.streams = streams
+            self.events = events
+            self.truncated = truncated
+        }
+    }
+
+    /// An incomplete record at the end of the log, removed on open.
+    public struct TruncatedTail: Hashable, Sendable, CustomStringConvertible {
+        /// The log file.
+        public var file: String
+        /// Where the incomplete record started; the file now ends there.
+        public var offset: Int
+        /// How many bytes were cut.
+        public var bytes: Int
+
+        /// Creates a description of a cut tail.
+        public init(file: String, offset: Int, bytes: Int) {
+            self.file = file
+            self.offset = offset
+            self.bytes = bytes
+        }
+
+        /// A sentence for a log.
+        public var description: String { "cut \(bytes) bytes of an unfinished write at offset \(offset) of \(file)" }
+    }
+
+    /// What opening the store found: the files read, the streams and events, and a torn tail it cut.
+    public let recovery: Recovery
+
+    /// The directory.
+    public let directory: String
+
+    private let options: Options
+    private let io: any StoreIO
+    private let writer = DispatchQueue(label: "FileEventStore.writer")
+    private let shared: Locked<Shared>
+    private let lockDescriptor: Int32
+
+    /// Opens (or creates) the store in `directory`, recovering what is there.
+    ///
+    /// - Throws: ``EventStoreError`` when another store holds the directory (`unavailable`), when the log
+    ///   is damaged before its tail (`corrupted`, naming the file and offset), or on an I/O failure.
+    public convenience init(directory: String, options: Options = Options()) throws(EventStoreError) {
+        try self.init(directory: directory, options: options, io: SystemIO())
+    }
+
+    /// Opens the store writing through `io` (a test's, to simulate a failing disk).
+    package init(directory: String, options: Options = Options(), io: any StoreIO) throws(EventStoreError) {
+        guard options.segmentBytes > 0, options.segmentBytes < 1 << 39 else {
+            throw EventStoreError(.invalid(reason: "a segment size of \(options.segmentBytes) bytes"))
+        }
+        self.directory = directory
+        self.options = options
+        self.io = io
+        try Files.makeDirectory(directory)
+        lockDescriptor = try Self.lock(directory)
+        do throws(EventStoreError) {
+            var opened = try Self.recover(directory: directory, io: io)
+            if opened.segments.isEmpty {
+                let descriptor = try Files.openFile(Self.path(of: 0, in: directory), create: true)
+                opened.segments.append(descriptor)
+                opened.size = 0
+                opened.recovery.segments = 1
+                try Files.syncDirectory(directory)
+            }
+            recovery = opened.recovery
+            shared = Locked(Shared(streams: opened.streams, segments: opened.segments, size: opened.size))
+        } catch {
+            Files.release(lockDescriptor)
+            throw error
+        }
+    }
+
+    deinit {
+        shared.withLock { shared in
+            for descriptor in shared.segments { Files.release(descriptor) }
+            shared.segments = []
+        }
+        Files.release(lockDescriptor)
+    }
+
+    /// Closes the store: waits for the write under way, fails appends still queued, and releases the
+    /// directory to the next process. Every later call fails with `unavailable`.
+    public func close() async {
+        let queued = shared.withLock { shared in
+            shared.closed = true
+            defer { shared.queued = [] }
+            return shared.queued
+        }
+        for operation in queued { operation.continuation.resume(throwing: Self.closedError) }
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            writer.async {
+                // Runs after any flush already scheduled on the writer: nothing writes after this.
+                _ = flock(self.lockDescriptor, LOCK_UN)
+                done.resume()
+            }
+        }
+    }
+
+    // MARK: EventStore
+
+    /// See ``EventStore/append(_:to:expecting:)``. Returns once the events are on disk.
+    public func append(
+        _ payloads: [[UInt8]],
+        to stream: String,
+        expecting expectedVersion: UInt64
+    ) async throws
+        -> UInt64
+    {
+        if payloads.isEmpty {
+            let version = try await self.version(of: stream)
+            guard version == expectedVersion else {
+                throw EventStoreError(.versionConflict(expected: expectedVersion, actual: version), stream: stream)
+            }
+            return version
+        }
+        let size = LogRecord.framedSize(stream: stream, payloads: payloads)
+        guard size - RecordFrame.headerSize <= RecordFrame.maximumPayload else {
+            throw EventStoreError(
+                .invalid(reason: "a batch of \(size) bytes, past the limit of \(RecordFrame.maximumPayload)"),
+                stream: stream
+            )
+        }
+        return try await submit(.append(stream: stream, payloads: payloads, expected: expectedVersion))
+    }
+
+    /// See ``EventStore/read(_:after:limit:)``.
+    public func read(_ stream: String, after version: UInt64, limit: Int) async throws -> [StoredEvent] {
+        let (entry, segments) = try view(of: stream)
+        guard let entry, version < entry.version, limit > 0 else { return [] }
+        let last = version + min(UInt64(limit), entry.version - version)
+        var batches: [(first: UInt64, payloads: [[UInt8]])] = []
+        var location = entry.start(for: last)
+        var reached = false
+        while location != .none {
+            let record = try readRecord(at: location, segments: segments)
+            guard case .events(let found, let first, let previous, let payloads) = record, found == stream else {
+                throw corruption(at: location, "the record is not an events record of '\(stream)'")
+            }
+            if first <= last { batches.append((first, payloads)) }
+            if first <= version + 1 {
+                reached = true
+                break
+            }
+            location = previous
+        }
+        guard reached else {
+            throw EventStoreError(
+                .corrupted(location: directory, reason: "the chain of records ends before version \(version + 1)"),
+                stream: stream
+            )
+        }
+        var events: [StoredEvent] = []
+        events.reserveCapacity(Int(last - version))
+        for batch in batches.reversed() {
+            for (index, payload) in batch.payloads.enumerated() {
+                let eventVersion = batch.first + UInt64(index)
+                if eventVersion > version && eventVersion <= last {
+                    events.append(StoredEvent(stream: stream, version: eventVersion, payload: payload))
+                }
+            }
+        }
+        return events
+    }
+
+    /// See ``EventStore/version(of:)``.
+    public func version(of stream: String) async throws -> UInt64 {
+        try view(of: stream).entry?.version ?? 0
+    }
+
+    /// See ``EventStore/save(_:)``. Returns once the snapshot is on disk.
+    public func save(_ snapshot: Snapshot) async throws {
+        let size = RecordFrame.headerSize + 13 + snapshot.stream.utf8.count + snapshot.payload.count
+        guard size - RecordFrame.headerSize <= RecordFrame.maximumPayload else {
+            throw EventStoreError(
+                .invalid(reason: "a snapshot of \(size) bytes, past the limit"),
+                stream: snapshot.stream
+            )
+        }
+        _ = try await submit(.save(snapshot))
+    }
+
+    /// See ``EventStore/latestSnapshot(of:)``.
+    public func latestSnapshot(of stream: String) async throws -> Snapshot? {
+        let (entry, segments) = try view(of: stream)
+        guard let entry, entry.snapshot != .none else { return nil }
+        guard case .snapshot(let snapshot) = try readRecord(at: entry.snapshot, segments: segments),
+            snapshot.stream == stream
+        else { throw corruption(at: entry.snapshot, "the record is not a snapshot of '\(stream)'") }
+        return snapshot
+    }
+
+    // MARK: Shared state
+
+    /// A write waiting for the writer.
+    enum Operation {
+        case append(stream: String, payloads: [[UInt8]], expected: UInt64)
+        case save(Snapshot)
+
+        var stream: String {
+            switch self {
+            case .append(let stream, _, _): stream
+            case .save(let snapshot): snapshot.stream
+            }
+        }
+    }
+
+    struct Queued {
+        let operation: Operation
+        let continuation: CheckedContinuation<UInt64, any Error>
+    }
+
+    struct Shared {
+        var streams: [String: StreamEntry]
+        /// One descriptor per log file, in order; the last is the one written.
+        var segments: [Int32]
+        /// The good length of the last log file.
+        var size: Int
+        var queued: [Queued] = []
+        var flushing = false
+        var closed = false
+        /// Set when the log can no longer be trusted (a failed `fdatasync`, a failed rollback).
+        var broken: EventStoreError?
+    }
+
+    static let closedError = EventStoreError(.unavailable(reason: "the store is closed"))
+
+    private func view(of stream: String) throws(EventStoreError) -> (entry: StreamEntry?, segments: [Int32]) {
+        let view = shared.withLock { shared in
+            shared.closed ? nil : (shared.streams[stream], shared.segments)
+        }
+        guard let view else { throw Self.closedError }
+        return view
+    }
+
+    private func submit(_ operation: Operation) async throws -> UInt64 {
+        try await withCheckedThrowingContinuation { continuation in
+            let (start, refusal) = shared.withLock { shared -> (Bool, EventStoreError?) in
+                if shared.closed { return (false, Self.closedError) }
+                if let broken = shared.broken { return (false, broken) }
+                shared.queued.append(Queued(operation: operation, continuation: continuation))
+                defer { shared.flushing = true }
+                return (!shared.flushing, nil)
+            }
+            if let refusal {
+                continuation.resume(throwing: EventStoreError(refusal.kind, stream: operation.stream))
+            } else if start {
+                writer.async { self.flushWhileQueued() }
+            }
+        }
+    }
+
+    // MARK: Writing (on the writer queue only)
+
+    /// Writes what is queued, batch after batch, until nothing is.
+    private func flushWhileQueued() {
+        while true {
+            let batch = shared.withLock { shared -> Batch? in
+                guard !shared.queued.isEmpty, !shared.closed, shared.broken == nil else {
+                    shared.flushing = false
+                    return nil
+                }
+                defer { shared.queued = [] }
+                var streams: [String: StreamEntry] = [:]
+                for queued in shared.queued {
+                    streams[queued.operation.stream] = shared.streams[queued.operation.stream]
+                }
+                return Batch(
+                    queued: shared.queued,
+                    streams: streams,
+                    segment: shared.segments.count - 1,
+                    descriptor: shared.segments[shared.segments.count - 1],
+                    size: shared.size
+                )
+            }
+            guard var batch else { return }
+            flush(&batch)
+        }
+    }
+
+    struct Batch {
+        let queued: [Queued]
+        /// The entries of the streams the batch touches, updated as it is encoded.
+        var streams: [String: StreamEntry]
+        let segment: Int
+        let descriptor: Int32
+        let size: Int
+        var bytes: [UInt8] = []
+        var results: [Result<UInt64, EventStoreError>] = []
+    }
+
+    private func flush(_ batch: inout Batch) {
+        for queued in batch.queued { batch.results.append(encode(queued.operation, into: &batch)) }
+        if !batch.bytes.isEmpty, let failure = write(batch) {
+            let cause = failure.error
+            shared.withLock { shared in
+                if failure.breaks { shared.broken = Self.broken(by: cause, in: directory) }
+            }
+            for queued in batch.queued {
+                queued.continuation.resume(throwing: EventStoreError(cause.kind, stream: queued.operation.stream))
+            }
+            return
+        }
+        let grown = batch.size + batch.bytes.count
+        shared.withLock { shared in
+            for (stream, entry) in batch.streams { shared.streams[stream] = entry }
+            shared.size = grown
+        }
+        for (queued, result) in zip(batch.queued, batch.results) { queued.continuation.resume(with: result) }
+        if grown >= options.segmentBytes { roll(after: batch.segment) }
+    }
+
+    /// Adds `operation`'s record to the batch, or says why it is refused.
+    private func encode(_ operation: Operation, into batch: inout Batch) -> Result<UInt64, EventStoreError> {
+        let stream = operation.stream
+        var entry = batch.streams[stream] ?? StreamEntry()
+        let location = Location(segment: batch.segment, offset: batch.size + batch.bytes.count)
+        switch operation {
+        case .append(_, let payloads, let expected):
+            guard entry.version == expected else {
+                return .failure(
+                    EventStoreError(.versionConflict(expected: expected, actual: entry.version), stream: stream)
+                )
+            }
+            let first = entry.version + 1
+            let record = LogRecord.events(stream: stream, first: first, previous: entry.tail, payloads: payloads)
+            batch.bytes += RecordFrame.encode(record.encode())
+            entry.appended(first: first, count: payloads.count, at: location)
+        case .save(let snapshot):
+            guard snapshot.version <= entry.version else {
+                let reason = "snapshot at version \(snapshot.version) is past the stream's \(entry.version)"
+                return .failure(EventStoreError(.invalid(reason: reason), stream: stream))
+            }
+            guard entry.snapshot == .none || snapshot.version >= entry.snapshotVersion else {
+                return .success(entry.version)
+            }
+            batch.bytes += RecordFrame.encode(LogRecord.snapshot(snapshot).encode())
+            entry.snapshot = location
+            entry.snapshotVersion = snapshot.version
+        }
+        batch.streams[stream] = entry
+        return .success(entry.version)
+    }
+
+    /// Writes and syncs the batch's bytes after the last good record; on failure cuts the file back to
+    /// that record and says whether the store can still be trusted.
+    private func write(_ batch: Batch) -> (error: EventStoreError, breaks: Bool)? {
+        let path = Self.path(of: batch.segment, in: directory)
+        var done = 0
+        var failure: (code: Int32, action: String)?
+        batch.bytes.withUnsafeBytes { bytes in
+            while done < bytes.count {
+                let written = io.write(
+                    batch.descriptor,
+                    UnsafeRawBufferPointer(rebasing: bytes[done...]),
+                    at: batch.size + done
+                )
+                if written == -Int(EINTR) { continue }
+                guard written > 0 else {
+                    failure = (written == 0 ? EIO : Int32(-written), "write to \(path)")
+                    return
+                }
+                done += written
+            }
+        }
+        if failure == nil {
+            let code = io.sync(batch.descriptor)
+            if code != 0 { failure = (-code, "sync \(path)") }
+        }
+        guard let failure else { return nil }
+        let error = EventStoreError(.io(code: failure.code, action: failure.action))
+        // Cut back to the last good record, so no half record stays before the next good one.
+        let cut = io.truncate(batch.descriptor, to: batch.size)
+        // After a failed fdatasync the kernel may have dropped the written pages: what the file holds is
+        // unknown, so the store stops writing until it is opened (and its log read) again.
+        return (error, cut != 0 || failure.action.hasPrefix("sync"))
+    }
+
+    static func broken(by error: EventStoreError, in directory: String) -> EventStoreError {
+        EventStoreError(
+            .unavailable(reason: "an earlier write failed (\(error)); open the store at \(directory) again")
+        )
+    }
+
+    /// Starts the next log file. If that fails, the store goes on writing the current one.
+    private func roll(after segment: Int) {
+        let path = Self.path(of: segment + 1, in: directory)
+        guard let descriptor = try? Files.openFile(path, create: true) else { return }
+        guard (try? Files.syncDirectory(directory)) != nil else {
+            Files.release(descriptor)
+            _ = path.withCString { unlink($0) }
+            return
+        }
+        shared.withLock { shared in
+            shared.segments.append(descriptor)
+            shared.size = 0
+        }
+    }
+
+    // MARK: Reading
+
+    private func readRecord(at location: Location, segments: [Int32]) throws(EventStoreError) -> LogRecord {
+        guard location.segment < segments.count else { throw corruption(at: location, "no such log file") }
+        let descriptor = segments[location.segment]
+        let path = Self.path(of: location.segment, in: directory)
+        let header = try Files.readBytes(descriptor, count: RecordFrame.headerSize, at: location.offset, path: path)
+        guard header.count == RecordFrame.headerSize else {
+            throw corruption(at: location, "the file ends in a header")
+        }
+        let length = Int(header.prefix(4).reversed().reduce(UInt32(0)) { $0 << 8 | UInt32($1) })
+        guard length <= RecordFrame.maximumPayload else {
+            throw corruption(at: location, "a length of \(length) bytes")
+        }
+        let rest = try Files.readBytes(
+            descriptor,
+            count: length,
+            at: location.offset + RecordFrame.headerSize,
+            path: path
+        )
+        guard case .record(let payload, _) = RecordFrame.read(header + rest, at: 0) else {
+            throw corruption(at: location, "the record is incomplete or fails its checksum")
+        }
+        do {
+            return try LogRecord.decode(payload)
+        } catch {
+            throw corruption(at: location, error.reason)
+        }
+    }
+
+    private func corruption(at location: Location, _ reason: String) -> EventStoreError {
+        EventStoreError(
+            .corrupted(
+                location: "\(Self.path(of: location.segment, in: directory)) at offset \(location.offset)",
+                reason: reason
+            )
+        )
+    }
+
+    // MARK: Opening
+
+    static let lockName = "store.lock"
+
+    static func path(of segment: Int, in directory: String) -> String {
+        let digits = String(segment)
+        return directory + "/segment-" + String(repeating: "0", count: max(0, 8 - digits.count)) + digits + ".log"
+    }
+
+    /// Takes the directory's lock file, or says who holds it.
+    private static func lock(_ directory: String) throws(EventStoreError) -> Int32 {
+        let path = directory + "/" + lockName
+        let descriptor = try Files.openFile(path, create: true)
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            let code = errno
+            let holder = (try? Files.readBytes(descriptor, count: 32, at: 0, path: path)).map {
+                String(decoding: $0, as: UTF8.self).filter(\.isNumber)
+            }
+            Files.release(descriptor)
+            guard code == EWOULDBLOCK else { throw Files.error("lock \(path)", code: code) }
+            let who = holder.flatMap { $0.isEmpty ? nil : "process \($0)" } ?? "another process"
+            throw EventStoreError(
+                .unavailable(reason: "\(directory) is in use by \(who) (lock file \(path)); one store per directory")
+            )
+        }
+        let pid = Array("\(getpid())\n".utf8)
+        _ = ftruncate(descriptor, 0)
+        _ = pid.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
+        return descriptor
+    }
+
+    struct Opened {
+        var streams: [String: StreamEntry] = [:]
+        var segments: [Int32] = []
+        var size = 0
+        var recovery = Recovery(segments: 0, streams: 0, events: 0, truncated: nil)
+    }
+
+    /// Reads every log file in order, rebuilding the index; cuts a torn tail off the last one.
+    private static func recover(directory: String, io: any StoreIO) throws(EventStoreError) -> Opened {
+        var opened = Opened()
+        do throws(EventStoreError) {
+            let numbers = try Files.names(in: directory).compactMap(segmentNumber).sorted()
+            for (expected, number) in numbers.enumerated() where number != expected {
+                throw EventStoreError(
+                    .corrupted(location: directory, reason: "\(path(of: expected, in: directory)) is missing")
+                )
+            }
+            for segment in numbers {
+                let path = path(of: segment, in: directory)
+                let descriptor = try Files.openFile(path, create: false)
+                opened.segments.append(descriptor)
+                let bytes = try Files.readBytes(
+                    descriptor,
+                    count: try Files.fileSize(descriptor, path: path),
+                    at: 0,
+                    path: path
+                )
+                let good = try scan(
+                    bytes,
+                    segment: segment,
+                    path: path,
+                    last: segment == numbers.count - 1,
+                    into: &opened
+                )
+                if good < bytes.count {
+                    guard io.truncate(descriptor, to: good) == 0, io.sync(descriptor) == 0 else {
+                        throw Files.error("cut the unfinished write at offset \(good) of \(path)")
+                    }
+                    opened.recovery.truncated = TruncatedTail(file: path, offset: good, bytes: bytes.count - good)
+                }
+                opened.size = good
+            }
+        } catch {
+            for descriptor in opened.segments { Files.release(descriptor) }
+            throw error
+        }
+        opened.recovery.segments = opened.segments.count
+        opened.recovery.streams = opened.streams.count
+        return opened
+    }
+
+    /// Indexes the records of one log file; returns the length of its good part.
+    private static func scan(
+        _ bytes: [UInt8],
+        segment: Int,
+        path: String,
+        last: Bool,
+        into opened: inout Opened
+    ) throws(EventStoreError) -> Int {
+        var offset = 0
+        func damaged(_ reason: String) -> EventStoreError {
+            EventStoreError(.corrupted(location: "\(path) at offset \(offset)", reason: reason))
+        }
+        func tornTail(_ reason: String) throws(EventStoreError) -> Int {
+            guard last else { throw damaged("\(reason), in a log file that is not the last") }
+            return offset
+        }
+        while true {
+            switch RecordFrame.read(bytes, at: offset) {
+            case .end:
+                return offset
+            case .tornTail:
+                return try tornTail("an incomplete record")
+            case .corrupted(_, let reason):
+                // A crash can leave the end of a file zero-filled; that is an unfinished write too.
+                if bytes[offset...].allSatisfy({ $0 == 0 }) { return try tornTail("zeros") }
+                throw damaged(reason)
+            case .record(let payload, let next):
+                let record: LogRecord
+                do {
+                    record = try LogRecord.decode(payload)
+                } catch {
+                    if bytes[offset...].allSatisfy({ $0 == 0 }) { return try tornTail("zeros") }
+                    throw damaged(error.reason)
+                }
+                let location = Location(segment: segment, offset: offset)
+                switch record {
+                case .events(let stream, let first, let previous, let payloads):
+                    var entry = opened.streams[stream] ?? StreamEntry()
+                    guard first == entry.version + 1, previous == entry.tail else {
+                        throw damaged("events of '\(stream)' from version \(first) follow version \(entry.version)")
+                    }
+                    entry.appended(first: first, count: payloads.count, at: location)
+                    opened.streams[stream] = entry
+                    opened.recovery.events += UInt64(payloads.count)
+                case .snapshot(let snapshot):
+                    var entry = opened.streams[snapshot.stream] ?? StreamEntry()
+                    guard snapshot.version <= entry.version else {
+                        throw damaged(
+                            "a snapshot of '\(snapshot.stream)' at version \(snapshot.version), past \(entry.version)"
+                        )
+                    }
+                    if entry.snapshot == .none || snapshot.version >= entry.snapshotVersion {
+                        entry.snapshot = location
+                        entry.snapshotVersion = snapshot.version
+                    }
+                    opened.streams[snapshot.stream] = entry
+                }
+                offset = next
+            }
+        }
+    }
+
+    /// The number in a log file's name (`segment-00000003.log`), or `nil` for another file.
+    static func segmentNumber(_ name: String) -> Int? {
+        guard name.hasPrefix("segment-"), name.hasSuffix(".log") else { return nil }
+        let digits = name.dropFirst(8).dropLast(4)
+        guard digits.count == 8, digits.allSatisfy(\.isASCII) else { return nil }
+        return Int(digits)
+    }
+}

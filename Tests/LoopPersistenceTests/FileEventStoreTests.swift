@@ -1,0 +1,409 @@
+import Foundation
+import LoopPersistence
+import LoopRuntime
+import LoopTesting
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite struct FileEventStoreTests {
+    static func payload(_ number: Int) -> [UInt8] { Array("event \(number)".utf8) }
+
+    @Test func passesTheConformanceSuite() async throws {
+        let parent = try TemporaryDirectory()
+        let counter = Locked(0)
+        let stores = Locked<[FileEventStore]>([])
+        let failures = await EventStoreConformance(scale: InMemoryEventStoreTests.scale) {
+            let number = counter.withLock { count in
+                count += 1
+                return count
+            }
+            let store = try FileEventStore(directory: parent.path + "/store-\(number)")
+            stores.withLock { $0.append(store) }
+            return store
+        }
+        .run()
+        #expect(failures.isEmpty)
+        for store in stores.withLock({ $0 }) { await store.close() }
+    }
+
+    @Test func whatWasAcknowledgedIsThereAfterReopening() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try FileEventStore(directory: directory.path)
+        #expect(store.recovery == .init(segments: 1, streams: 0, events: 0, truncated: nil))
+        _ = try await store.append((1...3).map(Self.payload), to: "a", expecting: 0)
+        _ = try await store.append([Self.payload(4)], to: "b", expecting: 0)
+        _ = try await store.append([Self.payload(5)], to: "a", expecting: 3)
+        try await store.save(Snapshot(stream: "a", version: 3, payload: [3]))
+        await store.close()
+
+        let reopened = try FileEventStore(directory: directory.path)
+        #expect(reopened.recovery == .init(segments: 1, streams: 2, events: 5, truncated: nil))
+        #expect(try await reopened.read("a", after: 0, limit: 10).map(\.payload) == [1, 2, 3, 5].map(Self.payload))
+        #expect(try await reopened.version(of: "b") == 1)
+        #expect(try await reopened.latestSnapshot(of: "a") == Snapshot(stream: "a", version: 3, payload: [3]))
+        // The version check holds across a reopen too.
+        await #expect(throws: EventStoreError(.versionConflict(expected: 1, actual: 4), stream: "a")) {
+            try await reopened.append([Self.payload(6)], to: "a", expecting: 1)
+        }
+        await reopened.close()
+    }
+
+    @Test func aSecondStoreOnTheSameDirectoryIsRefusedUntilTheFirstCloses() async throws {
+        let directory = try TemporaryDirectory()
+        let first = try FileEventStore(directory: directory.path)
+        do {
+            _ = try FileEventStore(directory: directory.path)
+            Issue.record("a second store opened a directory in use")
+        } catch {
+            #expect(
+                error.kind
+                    == .unavailable(
+                        reason: "\(directory.path) is in use by process \(getpid()) "
+                            + "(lock file \(directory.path)/store.lock); one store per directory"
+                    )
+            )
+        }
+        await first.close()
+        await #expect(throws: EventStoreError(.unavailable(reason: "the store is closed"), stream: "a")) {
+            try await first.append([[1]], to: "a", expecting: 0)
+        }
+        let second = try FileEventStore(directory: directory.path)
+        #expect(try await second.version(of: "a") == 0)
+        await second.close()
+    }
+
+    /// A crash can stop the last write at any byte: reopening cuts the unfinished record, reports it,
+    /// keeps every record before it, and the store writes on after it.
+    @Test func everyCutOfTheLastRecordIsATruncatedTail() async throws {
+        let directory = try TemporaryDirectory()
+        let log = directory.path + "/segment-00000000.log"
+        let store = try FileEventStore(directory: directory.path)
+        _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
+        let good = try directory.size(of: "segment-00000000.log")
+        _ = try await store.append([Self.payload(2), Self.payload(3)], to: "s", expecting: 1)
+        await store.close()
+        let whole = try [UInt8](Data(contentsOf: URL(fileURLWithPath: log)))
+        for cut in (good + 1)..<whole.count {
+            try Data(whole.prefix(cut)).write(to: URL(fileURLWithPath: log))
+            let reopened = try FileEventStore(directory: directory.path)
+            let expected = FileEventStore.TruncatedTail(file: log, offset: good, bytes: cut - good)
+            #expect(reopened.recovery.truncated == expected, "cut at \(cut)")
+            #expect(try await reopened.read("s", after: 0, limit: 10).map(\.payload) == [Self.payload(1)])
+            #expect(try directory.size(of: "segment-00000000.log") == good)
+            await reopened.close()
+        }
+        let reopened = try FileEventStore(directory: directory.path)
+        #expect(reopened.recovery.truncated == nil)
+        #expect(try await reopened.append([Self.payload(2)], to: "s", expecting: 1) == 2)
+        await reopened.close()
+    }
+
+    @Test func aZeroFilledTailIsAnUnfinishedWrite() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try FileEventStore(directory: directory.path)
+        _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
+        await store.close()
+        let good = try directory.size(of: "segment-00000000.log")
+        try directory.appendBytes([UInt8](repeating: 0, count: 4_096), to: "segment-00000000.log")
+        let reopened = try FileEventStore(directory: directory.path)
+        #expect(reopened.recovery.truncated?.offset == good)
+        #expect(try await reopened.version(of: "s") == 1)
+        await reopened.close()
+    }
+
+    /// Damage with good records after it is an error naming the file and offset; nothing is skipped and
+    /// nothing is cut.
+    @Test func corruptionBeforeTheTailIsAnErrorNamingFileAndOffset() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try FileEventStore(directory: directory.path)
+        _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
+        let second = try directory.size(of: "segment-00000000.log")
+        _ = try await store.append([Self.payload(2)], to: "s", expecting: 1)
+        _ = try await store.append([Self.payload(3)], to: "s", expecting: 2)
+        await store.close()
+        let before = try directory.size(of: "segment-00000000.log")
+        try directory.flipByte(at: second + RecordFrame.headerSize + 3, of: "segment-00000000.log")
+        do {
+            _ = try FileEventStore(directory: directory.path)
+            Issue.record("a damaged log opened")
+        } catch {
+            #expect(
+                error.kind
+                    == .corrupted(
+                        location: "\(directory.path)/segment-00000000.log at offset \(second)",
+                        reason: "the checksum does not match the 37-byte payload"
+                    )
+            )
+        }
+        #expect(try directory.size(of: "segment-00000000.log") == before)
+    }
+
+    @Test func aRecordOutOfSequenceIsCorruption() async throws {
+        let directory = try TemporaryDirectory()
+        // Version 2 of a stream with no version 1: well framed, but not a history this store wrote.
+        let record: [UInt8] =
+            [1] + le(UInt32(1)) + Array("s".utf8) + le(UInt64(2)) + le(UInt64.max) + le(UInt32(1)) + le(UInt32(1)) + [7]
+        try directory.appendBytes(RecordFrame.encode(record), to: "segment-00000000.log")
+        #expect(
+            throws: EventStoreError(
+                .corrupted(
+                    location: "\(directory.path)/segment-00000000.log at offset 0",
+                    reason: "events of 's' from version 2 follow version 0"
+                )
+            )
+        ) { try FileEventStore(directory: directory.path) }
+    }
+
+    @Test func logFilesRollAndAMissingOneIsNamed() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try FileEventStore(directory: directory.path, options: .init(segmentBytes: 200))
+        for version in 0..<40 {
+            _ = try await store.append(
+                [Self.payload(version + 1)],
+                to: "s\(version % 3)",
+                expecting: UInt64(version / 3)
+            )
+        }
+        let all = try await store.read("s1", after: 0, limit: 100).map(\.payload)
+        #expect(all == stride(from: 1, to: 40, by: 3).map { Self.payload($0 + 1) })
+        await store.close()
+        let reopened = try FileEventStore(directory: directory.path, options: .init(segmentBytes: 200))
+        #expect(reopened.recovery.segments > 5)
+        #expect(reopened.recovery.events == 40)
+        #expect(try await reopened.read("s1", after: 5, limit: 2).map(\.version) == [6, 7])
+        await reopened.close()
+
+        try FileManager.default.removeItem(atPath: directory.path + "/segment-00000002.log")
+        #expect(
+            throws: EventStoreError(
+                .corrupted(
+                    location: directory.path,
+                    reason: "\(directory.path)/segment-00000002.log is missing"
+                )
+            )
+        ) { try FileEventStore(directory: directory.path) }
+    }
+
+    @Test func anUnfinishedRecordInALogFileThatIsNotTheLastIsCorruption() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try FileEventStore(directory: directory.path, options: .init(segmentBytes: 10))
+        _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
+        _ = try await store.append([Self.payload(2)], to: "s", expecting: 1)
+        await store.close()
+        try directory.appendBytes([1, 2, 3], to: "segment-00000000.log")
+        #expect(throws: EventStoreError.self) { try FileEventStore(directory: directory.path) }
+    }
+
+    @Test func aDirectoryThatIsAFileIsAClearError() throws {
+        let directory = try TemporaryDirectory()
+        try directory.appendBytes([1], to: "file")
+        #expect(throws: EventStoreError(.io(code: ENOTDIR, action: "open \(directory.path)/file/store.lock"))) {
+            try FileEventStore(directory: directory.path + "/file")
+        }
+    }
+
+    @Test func aBatchPastTheRecordLimitIsRefused() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try FileEventStore(directory: directory.path)
+        let huge = [UInt8](repeating: 1, count: RecordFrame.maximumPayload)
+        await #expect(throws: EventStoreError.self) { try await store.append([huge], to: "s", expecting: 0) }
+        #expect(try await store.version(of: "s") == 0)
+        await store.close()
+    }
+
+    /// Appends that arrive while a write is under way share the next write and its `fdatasync`.
+    @Test func concurrentAppendsShareSyncs() async throws {
+        let directory = try TemporaryDirectory()
+        let io = FaultyIO()
+        let store = try FileEventStore(directory: directory.path, io: io)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for stream in 0..<500 {
+                group.addTask { _ = try await store.append([Self.payload(stream)], to: "s\(stream)", expecting: 0) }
+            }
+            try await group.waitForAll()
+        }
+        let syncs = io.counts.withLock { $0.syncs }
+        #expect(syncs < 500)
+        for stream in [0, 250, 499] { #expect(try await store.version(of: "s\(stream)") == 1) }
+        await store.close()
+    }
+
+    /// A disk that fills mid-write: the half record is cut, the append fails with ENOSPC, and the next
+    /// append (once there is room) lands right after the last good record.
+    @Test func aFailedWriteLeavesNoHalfRecordAndLosesNothingAcknowledged() async throws {
+        let directory = try TemporaryDirectory()
+        let io = FaultyIO()
+        let store = try FileEventStore(directory: directory.path, io: io)
+        _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
+        let good = try directory.size(of: "segment-00000000.log")
+        io.counts.withLock { $0.failWrite = (afterBytes: 5, code: ENOSPC) }
+        await #expect(
+            throws: EventStoreError(
+                .io(code: ENOSPC, action: "write to \(directory.path)/segment-00000000.log"),
+                stream: "s"
+            )
+        ) {
+            try await store.append([Self.payload(2)], to: "s", expecting: 1)
+        }
+        #expect(try directory.size(of: "segment-00000000.log") == good)
+        #expect(try await store.version(of: "s") == 1)
+        #expect(try await store.append([Self.payload(3)], to: "s", expecting: 1) == 2)
+        await store.close()
+        let reopened = try FileEventStore(directory: directory.path)
+        #expect(reopened.recovery.truncated == nil)
+        #expect(try await reopened.read("s", after: 0, limit: 9).map(\.payload) == [Self.payload(1), Self.payload(3)])
+        await reopened.close()
+    }
+
+    /// After `fdatasync` fails (EIO) the store cannot know what reached the disk: it fails the append,
+    /// cuts the record, and refuses to write until opened again; what was acknowledged stays.
+    @Test func aFailedSyncStopsWritingUntilReopened() async throws {
+        let directory = try TemporaryDirectory()
+        let io = FaultyIO()
+        let store = try FileEventStore(directory: directory.path, io: io)
+        _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
+        io.counts.withLock { $0.failSync = EIO }
+        await #expect(
+            throws: EventStoreError(.io(code: EIO, action: "sync \(directory.path)/segment-00000000.log"), stream: "s")
+        ) {
+            try await store.append([Self.payload(2)], to: "s", expecting: 1)
+        }
+        io.counts.withLock { $0.failSync = nil }
+        do {
+            _ = try await store.append([Self.payload(2)], to: "t", expecting: 0)
+            Issue.record("a store whose sync failed wrote again")
+        } catch let error as EventStoreError {
+            guard case .unavailable(let reason) = error.kind else {
+                Issue.record("unexpected \(error)")
+                return
+            }
+            #expect(reason.contains("open the store at \(directory.path) again"))
+        }
+        #expect(try await store.read("s", after: 0, limit: 9).map(\.payload) == [Self.payload(1)])
+        await store.close()
+        let reopened = try FileEventStore(directory: directory.path)
+        #expect(try await reopened.read("s", after: 0, limit: 9).map(\.payload) == [Self.payload(1)])
+        #expect(try await reopened.append([Self.payload(2)], to: "s", expecting: 1) == 2)
+        await reopened.close()
+    }
+
+    static let canMountTmpfs: Bool = {
+        guard getuid() == 0, let directory = try? TemporaryDirectory() else { return false }
+        defer { umount2(directory.path, Int32(MNT_DETACH)) }
+        return mount("tmpfs", directory.path, "tmpfs", 0, "size=64k") == 0
+    }()
+
+    /// A real full disk: a 64 KiB tmpfs (where the machine lets a test mount one) fills up; every append
+    /// that was acknowledged is there after reopening, and nothing is torn or corrupt.
+    @Test(.enabled(if: canMountTmpfs, "mounting a tmpfs needs root"))
+    func aFullTmpfsLosesNothingAcknowledged() async throws {
+        let directory = try TemporaryDirectory()
+        #expect(mount("tmpfs", directory.path, "tmpfs", 0, "size=64k") == 0)
+        defer { umount2(directory.path, Int32(MNT_DETACH)) }
+        let store = try FileEventStore(directory: directory.path)
+        var acknowledged: UInt64 = 0
+        var failure: EventStoreError?
+        let big = [UInt8](repeating: 42, count: 1_000)
+        while failure == nil && acknowledged < 1_000 {
+            do {
+                acknowledged = try await store.append([big], to: "s", expecting: acknowledged)
+            } catch let error as EventStoreError {
+                failure = error
+            }
+        }
+        #expect(failure?.kind == .io(code: ENOSPC, action: "write to \(directory.path)/segment-00000000.log"))
+        #expect(acknowledged > 10)
+        await store.close()
+        let reopened = try FileEventStore(directory: directory.path)
+        #expect(reopened.recovery.truncated == nil)
+        #expect(reopened.recovery.events == acknowledged)
+        let events = try await reopened.read("s", after: 0, limit: 10_000)
+        #expect(events.count == Int(acknowledged) && events.allSatisfy { $0.payload == big })
+        await reopened.close()
+    }
+}
+
+func le(_ value: some FixedWidthInteger) -> [UInt8] {
+    withUnsafeBytes(of: value.littleEndian) { Array($0) }
+}
+
+/// A file layer that counts `fdatasync`s and fails a write or a sync when told to.
+final class FaultyIO: StoreIO {
+    struct Counts {
+        var syncs = 0
+        /// Writes this many bytes, then fails with this code.
+        var failWrite: (afterBytes: Int, code: Int32)?
+        var failSync: Int32?
+    }
+
+    let counts = Locked(Counts())
+    let system = SystemIO()
+
+    func write(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int) -> Int {
+        guard
+            let failure = counts.withLock({ counts in
+                defer { counts.failWrite = nil }
+                return counts.failWrite
+            })
+        else { return system.write(descriptor, bytes, at: offset) }
+        _ = system.write(descriptor, UnsafeRawBufferPointer(rebasing: bytes.prefix(failure.afterBytes)), at: offset)
+        return -Int(failure.code)
+    }
+
+    func sync(_ descriptor: Int32) -> Int32 {
+        if let code = counts.withLock({ counts -> Int32? in
+            counts.syncs += 1
+            return counts.failSync
+        }) {
+            return -code
+        }
+        return system.sync(descriptor)
+    }
+
+    func truncate(_ descriptor: Int32, to size: Int) -> Int32 {
+        system.truncate(descriptor, to: size)
+    }
+}
+
+/// A directory under the system's temporary directory, removed when the value goes away.
+final class TemporaryDirectory: Sendable {
+    let path: String
+
+    init() throws {
+        var template = Array((NSTemporaryDirectory() + "effectloop-store-XXXXXX").utf8CString)
+        guard let made = template.withUnsafeMutableBufferPointer({ $0.baseAddress.flatMap(mkdtemp) }) else {
+            throw CocoaError(.fileWriteUnknown)
+        }
+        path = String(cString: made)
+    }
+
+    deinit {
+        try? FileManager.default.removeItem(atPath: path)
+    }
+
+    func size(of name: String) throws -> Int {
+        let attributes = try FileManager.default.attributesOfItem(atPath: path + "/" + name)
+        return (attributes[.size] as? NSNumber)?.intValue ?? -1
+    }
+
+    func appendBytes(_ bytes: [UInt8], to name: String) throws {
+        let file = path + "/" + name
+        if !FileManager.default.fileExists(atPath: file) {
+            _ = FileManager.default.createFile(atPath: file, contents: nil)
+        }
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: file))
+        defer { try? handle.close() }
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data(bytes))
+    }
+
+    func flipByte(at offset: Int, of name: String) throws {
+        let url = URL(fileURLWithPath: path + "/" + name)
+        var bytes = try [UInt8](Data(contentsOf: url))
+        bytes[offset] ^= 0xFF
+        try Data(bytes).write(to: url)
+    }
+}
