@@ -21,7 +21,7 @@ let package = Package(
         .target(name: "EventSources", dependencies: ["LoopCore"]),
         .target(name: "LoopRuntime", dependencies: ["LoopCore", "EffectHandlers", "EventSources"]),
         .target(name: "LoopJournal", dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime"]),
-        .target(name: "LoopPersistence", dependencies: ["LoopCore", "LoopRuntime"]),
+        .target(name: "LoopPersistence", dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"]),
         .target(
             name: "LoopTesting",
             dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopPersistence"]
@@ -53,7 +53,10 @@ let package = Package(
             name: "LoopJournalTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopJournal"]
         ),
-        .testTarget(name: "LoopPersistenceTests", dependencies: ["LoopPersistence", "LoopRuntime", "LoopTesting"]),
+        .testTarget(
+            name: "LoopPersistenceTests",
+            dependencies: ["LoopCore", "EffectHandlers", "LoopPersistence", "LoopRuntime", "LoopTesting"]
+        ),
         .testTarget(
             name: "LoopRuntimeTests",
             dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopTesting"]

@@ -138,7 +138,8 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     /// at once, as the group's `remove(_:)` does: its id is free for a new loop, and it finishes its
     /// effects within the group's own shutdown (the grace period `extract` returns does not apply).
     ///
-    /// The program decides when to stop, as a value a test asserts; no handler needs the loop.
+    /// The program decides when to stop, as a value a test asserts; no handler needs the loop. Calling
+    /// it again adds to what stops the loop (the latest call is asked first).
     ///
     /// ```swift
     /// router.stopLoop(on: { if case .shutDown(let grace) = $0 { grace } else { nil } })
@@ -146,7 +147,11 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     @inlinable
     public func stopLoop(on extract: @escaping @Sendable (Effect) -> Duration?) -> EffectRouter {
         var copy = self
-        copy.stopRequest = extract
+        if let earlier = stopRequest {
+            copy.stopRequest = { effect in extract(effect) ?? earlier(effect) }
+        } else {
+            copy.stopRequest = extract
+        }
         return copy
     }
 
@@ -177,6 +182,55 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         }
         if let errorMapping {
             outer.errorMapping = { effect, error in errorMapping(effect, error).map(embed) }
+        }
+        return outer
+    }
+
+    /// The same routes for a loop whose effects are `Outer`: an outer effect `extract` turns into one of
+    /// these effects is performed by its route, with its lifecycle, error mapping and stop request; any
+    /// other outer effect is left to routes added afterwards (``EffectLifecycle/concurrent(_:timeout:)``
+    /// unless they say otherwise through a later ``stopLoop(on:)``).
+    ///
+    /// How a wrapper (a durable loop, a parent feature) keeps a child's routes as they are while adding
+    /// its own effects around them.
+    ///
+    /// ```swift
+    /// let outer = router.pullback { (effect: Outer) in if case .child(let inner) = effect { inner } else { nil } }
+    ///     .route({ if case .audit(let line) = $0 { line } else { nil } }, to: AuditLog())
+    /// ```
+    @inlinable
+    public func pullback<Outer: Sendable>(
+        _ extract: @escaping @Sendable (Outer) -> Effect?
+    ) -> EffectRouter<Outer, Event> {
+        let lifecycleOf = self.lifecycleOf
+        var outer = EffectRouter<Outer, Event>(lifecycleOf: { extract($0).map(lifecycleOf) ?? .concurrent() })
+        outer.hasAsyncRoutes = hasAsyncRoutes
+        outer.routes = routes.map { route in
+            let accepts = route.accepts
+            switch route.performer {
+            case .sync(let perform):
+                return EffectRouter<Outer, Event>.Route(
+                    accepts: { extract($0).map(accepts) ?? false },
+                    performer: .sync { effect, send in
+                        guard let inner = extract(effect) else { return }
+                        try perform(inner, send)
+                    }
+                )
+            case .async(let perform):
+                return EffectRouter<Outer, Event>.Route(
+                    accepts: { extract($0).map(accepts) ?? false },
+                    performer: .async { effect, send in
+                        guard let inner = extract(effect) else { return }
+                        try await perform(inner, send)
+                    }
+                )
+            }
+        }
+        if let errorMapping {
+            outer.errorMapping = { effect, error in extract(effect).flatMap { errorMapping($0, error) } }
+        }
+        if let stopRequest {
+            outer.stopRequest = { effect in extract(effect).flatMap(stopRequest) }
         }
         return outer
     }

@@ -1,0 +1,183 @@
+internal import EffectHandlers
+public import LoopCore
+internal import LoopRuntime
+
+/// The store's side of a durable loop: reading a stream back and appending to it, with the codecs.
+/// Every failure comes back as a ``DurableInput/failed(_:)`` naming the stream (and the version, for an
+/// event that does not decode), never as a thrown error the loop would have to map.
+struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
+    let store: any EventStore
+    let events: any EventCodec<Event>
+    let states: any EventCodec<State>
+    let initial: State
+    let update: Update<State, Event, Effect>
+
+    /// The latest snapshot, then every later event folded through the update, one page in memory.
+    func recover(_ stream: String) async -> DurableInput<State, Event> {
+        var state = initial
+        var version: UInt64 = 0
+        do {
+            if let snapshot = try await store.latestSnapshot(of: stream) {
+                do {
+                    state = try states.decode(snapshot.payload)
+                } catch {
+                    return .failed(
+                        "stream '\(stream)': the snapshot at version \(snapshot.version) does not decode: \(error)"
+                    )
+                }
+                version = snapshot.version
+            }
+            for try await stored in store.events(of: stream, after: version) {
+                let event: Event
+                do {
+                    event = try events.decode(stored.payload)
+                } catch {
+                    return .failed(
+                        "stream '\(stream)': the event at version \(stored.version) does not decode: \(error)"
+                    )
+                }
+                _ = update(&state, event)
+                version = stored.version
+            }
+        } catch {
+            return .failed("cannot recover stream '\(stream)': \(error)")
+        }
+        return .recovered(state, version: version)
+    }
+
+    /// Appends the events, then saves the snapshot if one came with them.
+    func append(
+        _ batch: [Event],
+        to stream: String,
+        expecting: UInt64,
+        snapshot: State?
+    ) async -> [DurableInput<State, Event>] {
+        let payloads: [[UInt8]]
+        do {
+            payloads = try batch.map(events.encode)
+        } catch {
+            return [.failed("stream '\(stream)': cannot encode an event: \(error)")]
+        }
+        let version: UInt64
+        do {
+            version = try await store.append(payloads, to: stream, expecting: expecting)
+        } catch {
+            return [.failed("\(error)")]
+        }
+        guard let snapshot else { return [.recorded(upTo: version)] }
+        do {
+            try await store.save(Snapshot(stream: stream, version: version, payload: try states.encode(snapshot)))
+            return [.recorded(upTo: version)]
+        } catch {
+            return [
+                .recorded(upTo: version),
+                .failed("stream '\(stream)': cannot save the snapshot at version \(version): \(error)"),
+            ]
+        }
+    }
+
+    /// The program's routes, wrapped: the program's effects keep their routes and lifecycles, the
+    /// store's work runs in tasks, and senders waiting for durability are answered through `tickets`.
+    func router(
+        for effects: EffectRouter<Effect, Event>,
+        tickets: Tickets,
+        failureGrace: Duration
+    ) -> EffectRouter<DurableEffect<State, Event, Effect>, DurableInput<State, Event>> {
+        let storage = self
+        return effects.mapEvents { DurableInput.event($0, ticket: nil) }
+            .pullback { (effect: DurableEffect<State, Event, Effect>) in
+                if case .effect(let inner) = effect { inner } else { nil }
+            }
+            .route(
+                { if case .recover(let stream) = $0 { stream } else { nil } },
+                to: ClosureEffectHandler { stream, send in send(await storage.recover(stream)) }
+            )
+            .route(
+                { effect -> (String, [Event], UInt64, State?)? in
+                    guard case .append(let stream, let events, let expecting, let snapshot) = effect else { return nil }
+                    return (stream, events, expecting, snapshot)
+                },
+                to: ClosureEffectHandler { append, send in
+                    for input in await storage.append(append.1, to: append.0, expecting: append.2, snapshot: append.3) {
+                        send(input)
+                    }
+                }
+            )
+            .route(
+                { if case .acknowledge(let acknowledgements) = $0 { acknowledgements } else { nil } },
+                to: ClosureSyncEffectHandler { acknowledgements, _ in tickets.acknowledge(acknowledgements) }
+            )
+            .route(
+                { effect -> ([UInt64], String)? in
+                    if case .refuse(let tickets, let reason) = effect { (tickets, reason) } else { nil }
+                },
+                to: ClosureSyncEffectHandler { refusal, _ in
+                    tickets.refuse(refusal.0, with: DurableLoopError.storeFailed(refusal.1))
+                }
+            )
+            .stopLoop { if case .stop = $0 { failureGrace } else { nil } }
+    }
+}
+
+/// Senders waiting for their events to be durable, by ticket.
+final class Tickets: Sendable {
+    private struct Waiting {
+        var next: UInt64 = 0
+        var continuations: [UInt64: CheckedContinuation<UInt64, any Error>] = [:]
+    }
+
+    private let waiting = Locked(Waiting())
+
+    /// Registers `continuation`; returns its ticket.
+    func register(_ continuation: CheckedContinuation<UInt64, any Error>) -> UInt64 {
+        waiting.withLock { waiting in
+            waiting.next += 1
+            waiting.continuations[waiting.next] = continuation
+            return waiting.next
+        }
+    }
+
+    func acknowledge(_ acknowledgements: [Acknowledgement]) {
+        let resumed = waiting.withLock { waiting in
+            acknowledgements.compactMap { acknowledgement in
+                waiting.continuations.removeValue(forKey: acknowledgement.ticket).map { ($0, acknowledgement.version) }
+            }
+        }
+        for (continuation, version) in resumed { continuation.resume(returning: version) }
+    }
+
+    func refuse(_ tickets: [UInt64], with error: any Error) {
+        let refused = waiting.withLock { waiting in tickets.compactMap { waiting.continuations.removeValue(forKey: $0) }
+        }
+        for continuation in refused { continuation.resume(throwing: error) }
+    }
+
+    /// Fails every sender still waiting: the loop has ended.
+    func refuseAll(with error: any Error) {
+        let refused = waiting.withLock { waiting in
+            defer { waiting.continuations = [:] }
+            return Array(waiting.continuations.values)
+        }
+        for continuation in refused { continuation.resume(throwing: error) }
+    }
+}
+
+/// Why a durable loop could not make an event durable, or stopped.
+public enum DurableLoopError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The store failed (or the stream could not be read back); the loop stopped. The reason names the
+    /// stream, and the version for an event that did not decode.
+    case storeFailed(String)
+    /// The loop refused the event (it was stopping or stopped, or its inbox was full).
+    case rejected(Rejection)
+    /// The loop ended before the event was durable; it may or may not have been recorded.
+    case ended
+
+    /// A sentence saying what happened.
+    public var description: String {
+        switch self {
+        case .storeFailed(let reason): "the durable loop stopped: \(reason)"
+        case .rejected(let rejection): "the event was rejected: \(rejection)"
+        case .ended: "the loop ended before the event was durable"
+        }
+    }
+}
