@@ -27,6 +27,7 @@ public struct Rejection: Error, Hashable, Sendable, CustomStringConvertible {
         case stopped
         case inboxFull
         case effectEnded
+        case failed
     }
 
     private let code: Code
@@ -41,6 +42,8 @@ public struct Rejection: Error, Hashable, Sendable, CustomStringConvertible {
     /// The effect whose handler sent the event had already ended (it timed out): a late handler cannot
     /// change the state.
     public static let effectEnded = Rejection(code: .effectEnded)
+    /// The loop failed (a durable loop whose store failed, say) and takes no events; its error says why.
+    public static let failed = Rejection(code: .failed)
 
     /// A sentence saying why.
     public var description: String {
@@ -49,6 +52,7 @@ public struct Rejection: Error, Hashable, Sendable, CustomStringConvertible {
         case .stopped: "the loop has stopped"
         case .inboxFull: "the loop's inbox is full"
         case .effectEnded: "the effect that sent it had already ended (timed out)"
+        case .failed: "the loop failed and takes no events"
         }
     }
 }

@@ -132,10 +132,16 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
     @Test func aStoreFailureRefusesWaitingSendersAndStops() {
         var durable = running()
         _ = update(&durable, .event(.add(1), ticket: 4))
-        #expect(update(&durable, .failed("disk full")) == [.refuse(tickets: [4], reason: "disk full"), .stop])
+        #expect(
+            update(&durable, .failed("disk full")) == [
+                .fail(stream: "ledger", tickets: [4], reason: "disk full"), .stop,
+            ]
+        )
         #expect(durable.phase == .failed("disk full"))
         // Nothing is applied any more; a waiting sender is told why.
-        #expect(update(&durable, .event(.add(2), ticket: 5)) == [.refuse(tickets: [5], reason: "disk full")])
+        #expect(
+            update(&durable, .event(.add(2), ticket: 5)) == [.fail(stream: "ledger", tickets: [5], reason: "disk full")]
+        )
         #expect(durable.state.total == 1)
         #expect(update(&durable, .recorded(upTo: 1)).isEmpty)
     }

@@ -60,8 +60,8 @@ public enum DurableEffect<State, Event, Effect> {
     case append(stream: String, events: [Event], expecting: UInt64, snapshot: State?)
     /// Tell waiting senders their events are durable: each ticket with its event's version.
     case acknowledge([Acknowledgement])
-    /// Tell waiting senders their events will never be durable, and why.
-    case refuse(tickets: [UInt64], reason: String)
+    /// The stream failed: tell waiting senders their events will never be durable, and why.
+    case fail(stream: String, tickets: [UInt64], reason: String)
     /// Stop the loop: its store failed.
     case stop
 }
@@ -123,6 +123,12 @@ public struct DurableState<State, Event, Effect> {
     /// Events recorded since the last snapshot.
     public var sinceSnapshot: UInt64 = 0
 
+    /// Whether nothing is on its way to the store: the loop may be passivated (and recovered later)
+    /// without losing or repeating anything.
+    public var isQuiet: Bool {
+        phase == .running && !appending && unrecorded.isEmpty && pending.isEmpty && held.isEmpty
+    }
+
     /// A loop about to recover `stream`, starting from `initial` when the stream is new.
     public init(stream: String, initial: State) {
         self.stream = stream
@@ -150,7 +156,7 @@ extension DurableProgram {
                     durable.held.append((event, ticket))
                     return []
                 case .failed(let reason):
-                    return ticket.map { [.refuse(tickets: [$0], reason: reason)] } ?? []
+                    return ticket.map { [.fail(stream: durable.stream, tickets: [$0], reason: reason)] } ?? []
                 case .running:
                     durable.apply(event, ticket: ticket, update: update)
                     return durable.handOver(snapshotEvery: snapshotEvery)
@@ -191,7 +197,7 @@ extension DurableProgram {
                 durable.held = []
                 durable.unrecorded = []
                 durable.appending = false
-                return (tickets.isEmpty ? [] : [.refuse(tickets: tickets, reason: reason)]) + [.stop]
+                return [.fail(stream: durable.stream, tickets: tickets, reason: reason), .stop]
             }
         }
     }

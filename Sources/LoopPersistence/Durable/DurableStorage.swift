@@ -81,7 +81,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
     func router(
         for effects: EffectRouter<Effect, Event>,
         tickets: Tickets,
-        failureGrace: Duration
+        failureGrace: Duration,
+        failed: @escaping @Sendable (_ stream: String, _ reason: String) -> Void = { _, _ in }
     ) -> EffectRouter<DurableEffect<State, Event, Effect>, DurableInput<State, Event>> {
         let storage = self
         return effects.mapEvents { DurableInput.event($0, ticket: nil) }
@@ -108,11 +109,16 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 to: ClosureSyncEffectHandler { acknowledgements, _ in tickets.acknowledge(acknowledgements) }
             )
             .route(
-                { effect -> ([UInt64], String)? in
-                    if case .refuse(let tickets, let reason) = effect { (tickets, reason) } else { nil }
+                { effect -> (stream: String, tickets: [UInt64], reason: String)? in
+                    if case .fail(let stream, let tickets, let reason) = effect {
+                        (stream, tickets, reason)
+                    } else {
+                        nil
+                    }
                 },
-                to: ClosureSyncEffectHandler { refusal, _ in
-                    tickets.refuse(refusal.0, with: DurableLoopError.storeFailed(refusal.1))
+                to: ClosureSyncEffectHandler { failure, _ in
+                    failed(failure.stream, failure.reason)
+                    tickets.refuse(failure.tickets, with: DurableLoopError.storeFailed(failure.reason))
                 }
             )
             .stopLoop { if case .stop = $0 { failureGrace } else { nil } }

@@ -477,6 +477,17 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         }
     }
 
+    /// Stops a running loop that has nothing under way (nothing queued or being processed, no effect
+    /// let in) and whose state `quiet` accepts; `nil`, changing nothing, otherwise. In the same lock hold
+    /// as the check, so no event slips in between: how a group passivates an idle member.
+    @inlinable
+    mutating func stopIfQuiet(_ quiet: (State) -> Bool) -> Stop? {
+        guard case .running(_, draining: false) = lifecycle, inbox.isEmpty, effects.isEmpty, pendingMapped == 0,
+            quiet(machine.state)
+        else { return nil }
+        return stop()
+    }
+
     /// Stops at once, without waiting for anything: queued events are dropped, effects not yet begun are
     /// cancelled, running ones are cancelled and abandoned. For the end of the grace period
     /// (`.deadlineExceeded`) and the cancellation of the task running the loop (`.cancelled`). `nil` if

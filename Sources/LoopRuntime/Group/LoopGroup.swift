@@ -149,6 +149,24 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     }
 
     /// A loop's program asked it to stop: it leaves the group as a removed one does.
+    /// Removes the loop of `id` if it is quiet: nothing queued or being processed, no effect under way,
+    /// and `quiet` accepts its state. Checked and stopped in one hold of the loop's lock, so no event
+    /// reaches it in between; a sender that had already found it is rejected (`stopping`) and, looking
+    /// again, starts a new loop for `id`. Returns whether it was removed. How a durable group passivates.
+    package func passivate(_ id: ID, when quiet: (State) -> Bool) -> Bool {
+        let stopped = members.withLock {
+            members -> (Loop<State, Event, Effect>, LoopEngine<State, Event, Effect>.Stop)? in
+            guard let loop = members.loops[id], let stop = loop.storage.withLock({ $0.stopIfQuiet(quiet) }) else {
+                return nil
+            }
+            _ = members.remove(id)
+            return (loop, stop)
+        }
+        guard let (loop, stop) = stopped else { return false }
+        loop.perform(stop)
+        return true
+    }
+
     @usableFromInline
     func retire(_ loop: Loop<State, Event, Effect>) {
         let retiring = members.withLock { $0.retire(loop) }

@@ -89,7 +89,13 @@ extension Loop {
     /// Stops intake; the host the loop runs on, if it runs. The host's own stop is the caller's.
     @discardableResult
     func beginStopping() -> Host? {
-        switch storage.withLock({ $0.stop() }) {
+        perform(storage.withLock { $0.stop() })
+    }
+
+    /// Carries out what the engine decided when asked to stop.
+    @discardableResult
+    func perform(_ stop: LoopEngine<State, Event, Effect>.Stop) -> Host? {
+        switch stop {
         case .none:
             return nil
         case .alreadyStopping(let host):
