@@ -28,11 +28,16 @@ let package = Package(
         ),
         .target(
             name: "LoopDemo",
-            dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopJournal"]
+            dependencies: [
+                "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopJournal", "LoopPersistence",
+            ]
         ),
         .executableTarget(
             name: "loop-demo",
-            dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopJournal", "LoopDemo"]
+            dependencies: [
+                "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopJournal", "LoopPersistence",
+                "LoopDemo",
+            ]
         ),
         .executableTarget(name: "fuzz-commands", dependencies: ["LoopDemo"]),
         .executableTarget(name: "fuzz-journal", dependencies: ["LoopCore", "LoopJournal", "LoopDemo"]),

@@ -3,6 +3,7 @@ import EventSources
 import LoopCore
 import LoopDemo
 import LoopJournal
+import LoopPersistence
 import LoopRuntime
 
 #if canImport(Glibc)
@@ -20,8 +21,8 @@ for standard in Int32(0)...2 where fcntl(standard, F_GETFD) == -1 && errno == EB
 // LoopDemo/JobRunner+Update.swift; this file only wires services, sources and the loop together.
 
 let usage = """
-    usage: loop-demo [--stdin] [--journal FILE]
-           loop-demo replay FILE
+    usage: loop-demo [--stdin] [--journal FILE | --store DIR]
+           loop-demo replay FILE | replay --store DIR
            loop-demo --help | --version
 
     With no arguments, runs a built-in scenario of a dozen jobs and prints a summary.
@@ -29,7 +30,13 @@ let usage = """
                          \(Command.usage.joined(separator: "\n                         "))
       --journal FILE   record every event to FILE (JSON Lines, with a state digest every 10 events)
       --acks           with --journal, print "journaled N" to standard error once event N is in the file
+      --store DIR      a durable run: every event is on disk in DIR before its effects start; after a
+                       crash (even kill -9), the same command with the same DIR continues the run:
+                       finished jobs never run again, running ones start again (at least once)
       replay FILE      replay a journal through the pure logic, check its digests, print the final state
+      replay --store DIR
+                       replay a store's events through the pure logic, check them against its
+                       snapshot, print the final state
     SIGINT, SIGTERM or SIGHUP shuts down gracefully: running jobs get 2 seconds, then are killed.
     A second one stops at once: running jobs are killed, and the summary is still printed.
     A failed job is retried with a backoff doubling from 100 ms, at most 60 s between attempts.
@@ -38,9 +45,10 @@ let usage = """
       0   every job succeeded (or none was submitted)
       1   some job failed or was cancelled
       64  usage error
-      65  a journal that does not replay
+      65  a journal or store that does not replay
       70  an internal error
-      73  the journal file cannot be created
+      73  the journal file or store cannot be created (or another process holds the store)
+      74  the store failed while running (disk full, I/O error); what was recorded is kept
 
     """
 
@@ -50,8 +58,9 @@ func printError(_ text: String) {
 }
 
 enum Mode {
-    case run(stdin: Bool, journal: String?, acks: Bool)
+    case run(stdin: Bool, journal: String?, acks: Bool, store: String?)
     case replay(String)
+    case replayStore(String)
     case help
     case version
 }
@@ -60,12 +69,14 @@ func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
     if arguments == ["--help"] || arguments == ["-h"] { return .success(.help) }
     if arguments == ["--version"] { return .success(.version) }
     if arguments.first == "replay" {
+        if arguments.count == 3 && arguments[1] == "--store" { return .success(.replayStore(arguments[2])) }
         guard arguments.count == 2 else { return .failure(CommandError(description: "replay takes one journal file")) }
         return .success(.replay(arguments[1]))
     }
     var stdin = false
     var acks = false
     var journal: String?
+    var store: String?
     var index = 0
     while index < arguments.count {
         switch arguments[index] {
@@ -79,16 +90,26 @@ func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
             }
             journal = arguments[index + 1]
             index += 1
+        case "--store":
+            guard index + 1 < arguments.count else {
+                return .failure(CommandError(description: "--store needs a directory"))
+            }
+            store = arguments[index + 1]
+            index += 1
         default:
             return .failure(CommandError(description: "unknown argument '\(arguments[index].prefix(40))'"))
         }
         index += 1
     }
     guard !acks || journal != nil else { return .failure(CommandError(description: "--acks needs --journal")) }
-    return .success(.run(stdin: stdin, journal: journal, acks: acks))
+    guard journal == nil || store == nil else {
+        return .failure(CommandError(description: "--journal and --store cannot be used together"))
+    }
+    return .success(.run(stdin: stdin, journal: journal, acks: acks, store: store))
 }
 
 let program = JobRunner.program(limit: 3)
+let durableProgram = JobRunner.durableProgram(limit: 3)
 
 /// The demo's version, printed by `--version`.
 let version = "0.3.0"
@@ -116,7 +137,30 @@ func replay(_ path: String) -> Int32 {
     }
 }
 
-func run(stdin: Bool, journalPath: String?, acks: Bool) async -> Int32 {
+/// Replays the store in `directory` from its first event, checks the fold against the latest snapshot,
+/// and prints the final state. One page of events in memory at a time.
+func replayStore(_ directory: String) async -> Int32 {
+    let store: FileEventStore
+    do {
+        store = try FileEventStore(directory: directory)
+    } catch {
+        printError("loop-demo: \(error)")
+        return error.isDamage ? 65 : 73
+    }
+    defer { Task { await store.close() } }
+    if let cut = store.recovery.truncated { printError("warning: \(cut)") }
+    do {
+        let replay = try await StoreReplay.run(store: store, stream: JobRunner.stream, program: durableProgram)
+        for line in JobRunner.summary(replay.state) { print(Console.escapingControlCharacters(line)) }
+        print("replayed \(replay.events) events from \(directory)" + replay.snapshotCheck)
+        return 0
+    } catch {
+        printError("loop-demo: \(error)")
+        return 65
+    }
+}
+
+func run(stdin: Bool, journalPath: String?, acks: Bool, storePath: String?) async -> Int32 {
     let console = Console.standardOutput()
     let router = JobRunner.router(shell: SystemShell(), clock: ContinuousClock(), console: console)
     let input: any EventSource<JobRunner.Event> =
@@ -149,6 +193,9 @@ func run(stdin: Bool, journalPath: String?, acks: Bool) async -> Int32 {
             return 73
         }
     }
+    if let storePath {
+        return await runDurably(storePath, router: router, sources: sources, console: console)
+    }
     let loop = Loop(program: program, effects: router, sources: sources, observer: recorder)
     let signals = ShutdownSignals(
         graceful: { loop.send(.shutdown) },
@@ -173,6 +220,54 @@ func run(stdin: Bool, journalPath: String?, acks: Bool) async -> Int32 {
     }
 }
 
+/// The job runner as a durable loop over a file store in `directory`.
+func runDurably(
+    _ directory: String,
+    router: EffectRouter<JobRunner.Effect, JobRunner.Event>,
+    sources: [any EventSource<JobRunner.Event>],
+    console: Console
+) async -> Int32 {
+    let store: FileEventStore
+    do {
+        store = try FileEventStore(directory: directory)
+    } catch {
+        printError("loop-demo: \(error)")
+        return error.isDamage ? 65 : 73
+    }
+    if let cut = store.recovery.truncated { printError("loop-demo: recovered the store: \(cut)") }
+    let loop = DurableLoop(
+        stream: JobRunner.stream,
+        program: durableProgram,
+        effects: router,
+        store: store,
+        snapshotEvery: 100,
+        sources: sources
+    )
+    let signals = ShutdownSignals(
+        graceful: { loop.send(.shutdown) },
+        immediate: { loop.stop(gracePeriod: .zero) }
+    )
+    defer { _ = signals }
+    defer { ProcessTree.killTree(of: getpid()) }
+    let status: Int32
+    do {
+        let report = try await loop.run()
+        ProcessTree.killTree(of: getpid())
+        console.clearProgress()
+        print("")
+        for line in JobRunner.summary(loop.state) { print(Console.escapingControlCharacters(line)) }
+        print("loop: \(report.description)")
+        print("store: \(loop.version) events in \(directory)")
+        status = loop.state.allSucceeded ? 0 : 1
+    } catch {
+        ProcessTree.killTree(of: getpid())
+        printError("loop-demo: \(error)")
+        status = error is DurableLoopError ? 74 : 70
+    }
+    await store.close()
+    return status
+}
+
 switch parseArguments(Array(CommandLine.arguments.dropFirst())) {
 case .success(.help):
     print(usage, terminator: "")
@@ -182,8 +277,10 @@ case .success(.version):
     exit(0)
 case .success(.replay(let path)):
     exit(replay(path))
-case .success(.run(let stdin, let journal, let acks)):
-    exit(await run(stdin: stdin, journalPath: journal, acks: acks))
+case .success(.replayStore(let directory)):
+    exit(await replayStore(directory))
+case .success(.run(let stdin, let journal, let acks, let store)):
+    exit(await run(stdin: stdin, journalPath: journal, acks: acks, storePath: store))
 case .failure(let error):
     printError("loop-demo: \(error)")
     printError(usage)

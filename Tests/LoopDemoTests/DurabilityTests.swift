@@ -49,4 +49,98 @@ import Testing
             #expect(replayed >= acknowledged, "round \(round): replayed \(replayed), acknowledged \(acknowledged)")
         }
     }
+
+    /// A durable run (`--store`) killed with SIGKILL twice at seeded points, then run to the end: the
+    /// final summary lists every job whose submission was acknowledged exactly once, all succeeded; a job
+    /// reported finished before a kill never ran again (each job's command appends its name to a log,
+    /// so runs are counted, not assumed); a job running at a kill ran again (at least once).
+    @Test func twentyKilledDurableRunsContinueWhereTheyStopped() async throws {
+        var random = Seeded(state: 2026_11_23)
+        let names = (1...12).map { "j\($0)" }
+        var resumed = 0
+        for round in 1...20 {
+            let scratch = Demo.scratch("store\(round)")
+            defer { try? FileManager.default.removeItem(atPath: scratch) }
+            let log = "\(scratch)/ran.log"
+            let jobs = names.enumerated().map { index, name in
+                "run \(name) -- sleep 0.0\(index % 4 + 1); echo \(name) >> '\(log)'"
+            }
+            .joined(separator: "\n")
+            // Kill once this many lines of the run's output are out: a point between the first
+            // acknowledgement and the end, different in every round.
+            let firstKill = Int.random(in: 1...30, using: &random)
+            let secondKill = Int.random(in: 1...12, using: &random)
+            let first = try await Demo.sh(
+                """
+                mkfifo '\(scratch)/in'
+                "$DEMO" --stdin --store '\(scratch)/store' < '\(scratch)/in' > '\(scratch)/out1' 2>&1 &
+                pid=$!
+                exec 3> '\(scratch)/in'
+                printf '%s\\n' '\(jobs.replacingOccurrences(of: "'", with: "'\\''"))' >&3
+                until [ "$(wc -l < '\(scratch)/out1')" -ge \(firstKill) ]; do sleep 0.005; done
+                kill -9 $pid
+                wait $pid
+                echo "killed=$?"
+                exec 3>&-
+                """
+            )
+            #expect(first.output.contains("killed=137"), "round \(round): \(first.output)")
+            let out1 = Demo.read("\(scratch)/out1")
+            let ranAfterFirst = Self.counts(Demo.read(log))
+            let second = try await Demo.sh(
+                """
+                "$DEMO" --stdin --store '\(scratch)/store' < /dev/null > '\(scratch)/out2' 2>&1 &
+                pid=$!
+                until [ "$(wc -l < '\(scratch)/out2')" -ge \(secondKill) ] || ! kill -0 $pid 2>/dev/null; do sleep 0.005; done
+                kill -9 $pid 2>/dev/null
+                wait $pid
+                echo "status=$?"
+                """
+            )
+            let out2 = Demo.read("\(scratch)/out2")
+            let ranAfterSecond = Self.counts(Demo.read(log))
+            let last = try await Demo.sh("\"$DEMO\" --stdin --store '\(scratch)/store' < /dev/null")
+            resumed += (out2 + last.output).split(separator: "\n").count { $0.hasPrefix("resuming ") }
+            #expect(last.status == 0, "round \(round): \(second.output)\n\(out2)\n\(last.output)")
+
+            let acknowledged = Self.named(in: out1, after: "queued ")
+            #expect(!acknowledged.isEmpty || firstKill <= 1, "round \(round): nothing acknowledged in \(out1)")
+            // The summary's rows: the lines after its header, up to the counts.
+            let rows = last.output.split(separator: "\n").drop { !$0.hasPrefix("job ") }.dropFirst()
+                .prefix { $0.hasPrefix("j") }
+            for name in acknowledged {
+                let matching = rows.filter { $0.split(separator: " ").first.map(String.init) == name }
+                #expect(matching.count == 1 && matching[0].hasSuffix("succeeded"), "round \(round): \(name) in \(rows)")
+            }
+            let final = Self.counts(Demo.read(log))
+            for name in Self.named(in: out1, after: "", suffix: " succeeded") {
+                #expect(final[name] == ranAfterFirst[name], "round \(round): \(name) ran again after the first kill")
+            }
+            for name in Self.named(in: out2, after: "", suffix: " succeeded") {
+                #expect(final[name] == ranAfterSecond[name], "round \(round): \(name) ran again after the second kill")
+            }
+            for name in rows.compactMap({ $0.split(separator: " ").first.map(String.init) }) {
+                #expect((final[name] ?? 0) >= 1, "round \(round): \(name) never ran")
+            }
+        }
+        // The kill points land while jobs run: some restarts resumed running jobs.
+        #expect(resumed > 0)
+        print("durable kill test: \(resumed) running jobs resumed over 20 rounds")
+    }
+
+    /// How many lines of `log` hold each name.
+    static func counts(_ log: String) -> [String: Int] {
+        log.split(separator: "\n").reduce(into: [:]) { $0[String($1), default: 0] += 1 }
+    }
+
+    /// The job names on lines of `output` that start with `prefix` and end with `suffix`.
+    static func named(in output: String, after prefix: String, suffix: String = "") -> Set<String> {
+        Set(
+            output.split(separator: "\n").compactMap { line in
+                guard line.hasPrefix(prefix), line.hasSuffix(suffix) else { return nil }
+                let name = line.dropFirst(prefix.count).dropLast(suffix.count)
+                return name.hasPrefix("j") && name.dropFirst().allSatisfy(\.isNumber) ? String(name) : nil
+            }
+        )
+    }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import LoopDemo
 import Testing
 
 /// The built `loop-demo` binary, run as a user would.
@@ -26,10 +27,11 @@ import Testing
         #expect(
             help.output.contains("--journal FILE") && help.output.contains("replay FILE")
                 && help.output.contains("--stdin") && help.output.contains("--version")
+                && help.output.contains("--store DIR") && help.output.contains("replay --store DIR")
         )
         for status in [
             "0   every job succeeded", "1   some job failed", "64  usage", "65  a journal", "70  an internal",
-            "73  the journal file",
+            "73  the journal file", "74  the store failed",
         ] {
             #expect(help.output.contains(status), "help lacks exit status '\(status)'")
         }
@@ -49,6 +51,51 @@ import Testing
         #expect(output.contains("error: --timeout takes seconds from 0.01 to 86400, not 'nope'"))
         #expect(output.contains("error: usage: cancel NAME"))
         #expect(output.contains("2 succeeded, 0 failed, 0 cancelled"))
+    }
+
+    @Test func aStoreInUseIsRefusedAndTheFirstRunIsUnharmed() async throws {
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let result = try await Demo.sh(
+            """
+            mkfifo '\(scratch)/in'
+            "$DEMO" --stdin --store '\(scratch)/store' < '\(scratch)/in' > '\(scratch)/out' 2>&1 &
+            pid=$!
+            exec 3> '\(scratch)/in'
+            echo 'run a -- true' >&3
+            until grep -q 'a succeeded' '\(scratch)/out'; do sleep 0.005; done
+            "$DEMO" --store '\(scratch)/store'
+            echo "second=$?"
+            exec 3>&-
+            wait $pid
+            echo "first=$?"
+            """
+        )
+        #expect(result.output.contains("second=73"), "\(result.output)")
+        #expect(result.output.contains("is in use by process"), "\(result.output)")
+        #expect(result.output.contains("first=0"), "\(result.output)")
+        let replay = try await Demo.sh("\"$DEMO\" replay --store '\(scratch)/store'")
+        #expect(replay.status == 0)
+        #expect(replay.output.contains("a     succeeded") && replay.output.contains("replayed "), "\(replay.output)")
+    }
+
+    @Test func aDamagedStoreIsRefusedNamingTheFileAndOffset() async throws {
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let run = try await Demo.sh(
+            "printf 'run a -- true\\nrun b -- true\\n' | \"$DEMO\" --stdin --store '\(scratch)/store'"
+        )
+        #expect(run.status == 0, "\(run.output)")
+        // Damage the first record's payload; records after it make that corruption, not a torn tail.
+        let log = "\(scratch)/store/segment-00000000.log"
+        var bytes = FileSystem.bytes(at: log)
+        bytes[20] ^= 0xFF
+        try Data(bytes).write(to: URL(fileURLWithPath: log))
+        for command in ["replay --store", "--stdin --store"] {
+            let result = try await Demo.sh("\"$DEMO\" \(command) '\(scratch)/store' < /dev/null")
+            #expect(result.status == 65, "\(command): \(result.output)")
+            #expect(result.output.contains("corrupted data at \(log) at offset 0"), "\(command): \(result.output)")
+        }
     }
 
     @Test func versionPrintsTheVersion() async throws {

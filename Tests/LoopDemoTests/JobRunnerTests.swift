@@ -215,4 +215,30 @@ import Testing
                 == "failed after 1 attempt: exit status 127: sh: 1: frobnicate: not found"
         )
     }
+
+    // MARK: Resuming a recovered run
+
+    @Test func aRecoveredRunStartsItsRunningJobsAgainAsTheSameAttempt() {
+        var state = submitted(["a", "b", "c"], retries: 2)
+        _ = update(&state, .exited(name: "b", attempt: 1, status: 1, output: ""))
+        // a runs (attempt 1), b waits to retry (attempt 2), c started in b's slot.
+        #expect(
+            JobRunner.resume(state)
+                == [
+                    .report("resuming a (attempt 1): it was running when the demo stopped"),
+                    .run(name: "a", attempt: 1, command: "run a", timeout: nil),
+                    .retryAfter(name: "b", attempt: 2, delay: .milliseconds(100)),
+                    .report("resuming c (attempt 1): it was running when the demo stopped"),
+                    .run(name: "c", attempt: 1, command: "run c", timeout: nil),
+                ]
+        )
+    }
+
+    @Test func aRecoveredRunThatHadEndedStopsAtOnce() {
+        var state = submitted(["a"])
+        _ = update(&state, .exited(name: "a", attempt: 1, status: 0, output: ""))
+        _ = update(&state, .inputEnded)
+        #expect(JobRunner.resume(state) == [.report("the recorded run had ended"), .stop(gracePeriod: .seconds(2))])
+        #expect(JobRunner.resume(State(limit: 2)).isEmpty)
+    }
 }

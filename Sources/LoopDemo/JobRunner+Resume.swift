@@ -1,0 +1,56 @@
+internal import LoopCore
+public import LoopPersistence
+
+extension JobRunner {
+    /// The stream a durable run keeps its events in.
+    public static let stream = "jobs"
+
+    /// What a durable run resumes when it starts from a recovered state: the work its recorded events
+    /// say was under way when the last process stopped, whatever the way it stopped (`kill -9`
+    /// included). A pure function of the state, so a test asserts it as a value.
+    ///
+    /// - A job that was running is started again, as the same attempt: its process died with the demo
+    ///   (or may have finished without its end being recorded), so a job runs **at least once**.
+    /// - A job waiting to retry waits its backoff again, then retries with its attempt count kept.
+    /// - A run that had ended (its shutdown is recorded) stops at once, so the summary is printed.
+    /// - Queued jobs need nothing: they start as running ones end, as before.
+    public static func resume(_ state: State) -> [Effect] {
+        if state.shuttingDown {
+            return [.report("the recorded run had ended"), .stop(gracePeriod: state.gracePeriod)]
+        }
+        var effects: [Effect] = []
+        for job in state.ordered {
+            switch job.status {
+            case .running(let attempt):
+                effects.append(
+                    .report("resuming \(job.spec.name) (attempt \(attempt)): it was running when the demo stopped")
+                )
+                effects.append(
+                    .run(name: job.spec.name, attempt: attempt, command: job.spec.command, timeout: job.spec.timeout)
+                )
+            case .waitingToRetry(let attempt):
+                effects.append(
+                    .retryAfter(
+                        name: job.spec.name,
+                        attempt: attempt,
+                        delay: backoff(base: state.backoff, retry: attempt - 1)
+                    )
+                )
+            case .queued, .succeeded, .failed, .cancelled:
+                break
+            }
+        }
+        return effects
+    }
+
+    /// The runner as a durable program: the same start and update as ``program(limit:backoff:gracePeriod:)``,
+    /// and ``resume(_:)`` for a recovered run.
+    public static func durableProgram(
+        limit: Int,
+        backoff: Duration = .milliseconds(100),
+        gracePeriod: Duration = .seconds(2)
+    ) -> DurableProgram<State, Event, Effect> {
+        let program = program(limit: limit, backoff: backoff, gracePeriod: gracePeriod)
+        return DurableProgram(initial: program.first.state, update: program.update, resume: resume)
+    }
+}

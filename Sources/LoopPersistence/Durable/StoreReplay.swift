@@ -1,0 +1,103 @@
+internal import LoopCore
+
+/// Replays a stream from its first event through a program's pure update, one page in memory at a
+/// time, and checks the fold against the stream's latest snapshot: how a tool verifies a store offline
+/// (`loop-demo replay --store DIR`). Effects are computed and dropped, never kept.
+public enum StoreReplay {
+    /// What a replay found.
+    public struct Outcome<State> {
+        /// The state after the last event.
+        public var state: State
+        /// How many events were replayed.
+        public var events: UInt64
+        /// The version of the snapshot the fold matched, if the stream has one.
+        public var snapshotVersion: UInt64?
+
+        /// `; the snapshot at version N matched`, or nothing when there is no snapshot.
+        public var snapshotCheck: String {
+            snapshotVersion.map { "; the snapshot at version \($0) matched" } ?? ""
+        }
+    }
+
+    /// Why a replay stopped: names the stream and the version.
+    public struct Failure: Error, Hashable, Sendable, CustomStringConvertible {
+        /// A sentence naming the stream, the version, and what went wrong.
+        public var description: String
+    }
+
+    /// Replays `stream` of `store` through `program`, decoding with the codecs.
+    public static func run<State: Equatable, Event, Effect>(
+        store: any EventStore,
+        stream: String,
+        program: DurableProgram<State, Event, Effect>,
+        events: some EventCodec<Event>,
+        states: some EventCodec<State>
+    ) async throws -> Outcome<State> {
+        let snapshot = try await store.latestSnapshot(of: stream)
+        var outcome = Outcome(state: program.initial, events: 0, snapshotVersion: nil)
+        func check() throws {
+            guard let snapshot, snapshot.version == outcome.events else { return }
+            let saved: State
+            do {
+                saved = try states.decode(snapshot.payload)
+            } catch {
+                throw Failure(
+                    description:
+                        "stream '\(stream)': the snapshot at version \(snapshot.version) does not decode: \(error)"
+                )
+            }
+            guard saved == outcome.state else {
+                throw Failure(
+                    description:
+                        "stream '\(stream)': the snapshot at version \(snapshot.version) differs from the events before it"
+                )
+            }
+            outcome.snapshotVersion = snapshot.version
+        }
+        try check()
+        for try await stored in store.events(of: stream) {
+            let event: Event
+            do {
+                event = try events.decode(stored.payload)
+            } catch {
+                throw Failure(
+                    description: "stream '\(stream)': the event at version \(stored.version) does not decode: \(error)"
+                )
+            }
+            _ = program.update(&outcome.state, event)
+            outcome.events = stored.version
+            try check()
+        }
+        if let snapshot, outcome.snapshotVersion == nil {
+            throw Failure(
+                description:
+                    "stream '\(stream)': a snapshot at version \(snapshot.version), past its last event \(outcome.events)"
+            )
+        }
+        return outcome
+    }
+}
+
+extension StoreReplay {
+    /// Replays with ``JSONCodec`` for events and states.
+    public static func run<State: Equatable & Codable, Event: Codable, Effect>(
+        store: any EventStore,
+        stream: String,
+        program: DurableProgram<State, Event, Effect>
+    ) async throws -> Outcome<State> {
+        try await run(
+            store: store,
+            stream: stream,
+            program: program,
+            events: JSONCodec<Event>(),
+            states: JSONCodec<State>()
+        )
+    }
+}
+
+extension EventStoreError {
+    /// Whether the store's data is damaged (rather than the store being unavailable or failing I/O).
+    public var isDamage: Bool {
+        if case .corrupted = kind { true } else { false }
+    }
+}
