@@ -43,7 +43,7 @@ let package = Package(
         .executableTarget(name: "fuzz-journal", dependencies: ["LoopCore", "LoopJournal", "LoopDemo"]),
         .executableTarget(
             name: "loop-bench",
-            dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"]
+            dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopPersistence"]
         ),
         .testTarget(name: "LoopCoreTests", dependencies: ["LoopCore"]),
         .testTarget(

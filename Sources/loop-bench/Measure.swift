@@ -54,6 +54,15 @@ enum Measure {
         return 0
     }
 
+    /// Resets the peak resident size (`VmHWM`) to the current one, so a later reading is this phase's
+    /// peak (Linux's `/proc/self/clear_refs`).
+    static func resetPeak() {
+        let descriptor = open("/proc/self/clear_refs", O_WRONLY)
+        guard descriptor >= 0 else { return }
+        _ = write(descriptor, "5", 1)
+        close(descriptor)
+    }
+
     /// Asks the allocator to give freed memory back, so RSS reflects what is still in use.
     static func trimHeap() {
         _ = glibcMallocTrim(0)

@@ -27,6 +27,9 @@ struct Sizes {
     var w4Large: Int
     var w5Events: Int
     var w6Loops: Int
+    var w7Events: Int
+    var w8Entities: Int
+    var w9Entities: Int
 
     static let full = Sizes(
         runs: 5,
@@ -37,7 +40,10 @@ struct Sizes {
         w4Small: 10_000,
         w4Large: 100_000,
         w5Events: 1_000_000,
-        w6Loops: 100_000
+        w6Loops: 100_000,
+        w7Events: 200_000,
+        w8Entities: 100_000,
+        w9Entities: 1_000_000
     )
     static let quick = Sizes(
         runs: 3,
@@ -48,7 +54,10 @@ struct Sizes {
         w4Small: 1_000,
         w4Large: 10_000,
         w5Events: 100_000,
-        w6Loops: 10_000
+        w6Loops: 10_000,
+        w7Events: 20_000,
+        w8Entities: 5_000,
+        w9Entities: 20_000
     )
 }
 

@@ -9,9 +9,11 @@ let arguments = Array(CommandLine.arguments.dropFirst())
 let json = arguments.contains("--json")
 let sizes = arguments.contains("--quick") ? Sizes.quick : Sizes.full
 let only = arguments.firstIndex(of: "--only").flatMap { arguments.indices.contains($0 + 1) ? arguments[$0 + 1] : nil }
-let known: Set<String> = ["--json", "--quick", "--help", "--only", "w1", "w2", "w2s", "w3", "w4", "w5", "w6"]
+let known: Set<String> = [
+    "--json", "--quick", "--help", "--only", "w1", "w2", "w2s", "w3", "w4", "w5", "w6", "w7", "w8", "w9",
+]
 if arguments.contains("--help") || !arguments.allSatisfy(known.contains) {
-    let usage = "usage: loop-bench [--json] [--quick] [--only w1|w2|w2s|w3|w4|w5|w6]\n"
+    let usage = "usage: loop-bench [--json] [--quick] [--only w1|w2|w2s|w3|w4|w5|w6|w7|w8|w9]\n"
     if arguments.contains("--help") { print(usage, terminator: "") } else { Measure.printError(usage) }
     exit(arguments.contains("--help") ? 0 : 64)
 }
@@ -84,7 +86,7 @@ var failed = false
 let workloads: [(name: String, run: (Sizes) async throws -> Outcome)] = [
     ("w1", Workloads.w1), ("w2", { try await Workloads.w2($0, synchronous: false) }),
     ("w2s", { try await Workloads.w2($0, synchronous: true) }), ("w3", Workloads.w3), ("w4", Workloads.w4),
-    ("w5", Workloads.w5), ("w6", Workloads.w6),
+    ("w5", Workloads.w5), ("w6", Workloads.w6), ("w7", Workloads.w7), ("w8", Workloads.w8), ("w9", Workloads.w9),
 ]
 for (name, workload) in workloads where only == nil || only == name {
     do {

@@ -112,7 +112,7 @@ import Testing
         for id in ids {
             var state = Ledger.State()
             for try await stored in store.events(of: id) {
-                _ = Ledger.update(&state, try JSONCodec<Ledger.Event>().decode(stored.payload))
+                _ = Ledger.update(&state, try BinaryCodec<Ledger.Event>().decode(stored.payload))
             }
             #expect(state.total == 100, "\(id)")
         }

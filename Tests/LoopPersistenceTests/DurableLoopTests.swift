@@ -160,7 +160,7 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
         #expect(card.calls.withLock { $0.allSatisfy { $0.storedVersion >= ($0.amount == 5 ? 1 : 2) } })
         await eventually("the answers recorded") { loop.version == 4 }
         let stored = try await store.read("ledger", after: 0, limit: 10).map {
-            try JSONCodec<Ledger.Event>().decode($0.payload)
+            try BinaryCodec<Ledger.Event>().decode($0.payload)
         }
         #expect(Set(stored) == [.add(5), .add(7), .charged(5), .charged(7)])
         loop.stop()
@@ -171,7 +171,7 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
         let store = InMemoryEventStore()
         // The first run records two charges and their answers, and one charge whose answer never came.
         _ = try await store.append(
-            [Ledger.Event.add(5), .charged(5), .add(7)].map { try JSONCodec<Ledger.Event>().encode($0) },
+            [Ledger.Event.add(5), .charged(5), .add(7)].map { try BinaryCodec<Ledger.Event>().encode($0) },
             to: "ledger",
             expecting: 0
         )
@@ -240,7 +240,7 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
     @Test func anEventThatNoLongerDecodesIsNamed() async throws {
         let store = InMemoryEventStore()
         _ = try await store.append(
-            [try JSONCodec<Ledger.Event>().encode(.add(1)), Array(#"{"refund":{"_0":3}}"#.utf8)],
+            [try BinaryCodec<Ledger.Event>().encode(.add(1)), Array(#"{"refund":{"_0":3}}"#.utf8)],
             to: "ledger",
             expecting: 0
         )

@@ -407,3 +407,32 @@ final class TemporaryDirectory: Sendable {
         try Data(bytes).write(to: url)
     }
 }
+
+/// The file store's in-memory index: a compact open-addressing table that must find every key.
+@Suite struct StreamIndexTests {
+    @Test func everyStreamIsFoundAfterTheTablesGrow() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try FileEventStore(directory: directory.path)
+        let streams = 20_000
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for worker in 0..<8 {
+                group.addTask {
+                    for stream in stride(from: worker, to: streams, by: 8) {
+                        _ = try await store.append([[UInt8(stream % 251)]], to: "stream-\(stream)", expecting: 0)
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        for stream in stride(from: 0, to: streams, by: 7) {
+            #expect(try await store.version(of: "stream-\(stream)") == 1)
+        }
+        #expect(try await store.version(of: "stream-\(streams)") == 0)
+        _ = try await store.append([[1]], to: "stream-3", expecting: 1)
+        await store.close()
+        let reopened = try FileEventStore(directory: directory.path)
+        #expect(reopened.recovery.streams == streams)
+        #expect(try await reopened.read("stream-3", after: 0, limit: 5).map(\.payload) == [[3], [1]])
+        await reopened.close()
+    }
+}

@@ -37,7 +37,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
 
     /// The underlying loop, for its report and states; send through ``send(_:)`` and ``sendDurably(_:)``.
     public let core: Core
-    private let tickets: Tickets
+    @usableFromInline let tickets: Tickets
 
     /// Creates a durable loop keeping its events in `stream` of `store`.
     ///
@@ -53,6 +53,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     ///   - inbox: how many events may wait, and what happens beyond.
     ///   - failureGrace: how long effects of recorded events may finish after the store fails.
     ///   - clock: the clock timeouts and grace periods are measured on.
+    @inlinable
     public init(
         stream: String,
         program: DurableProgram<State, Event, Effect>,
@@ -93,6 +94,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     }
 
     /// Sends `event`; returns whether it was taken. Never waits (see ``LoopRuntime/Loop/send(_:)``).
+    @inlinable
     @discardableResult
     public func send(_ event: Event) -> Delivery {
         core.send(.event(event, ticket: nil))
@@ -104,6 +106,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     /// - Throws: ``DurableLoopError/rejected(_:)`` when the loop refuses it,
     ///   ``DurableLoopError/storeFailed(_:)`` when the store fails first, ``DurableLoopError/ended`` when
     ///   the loop ends before (the event may then have been recorded or not).
+    @inlinable
     public func sendDurably(_ event: Event) async throws -> UInt64 {
         try await withCheckedThrowingContinuation { continuation in
             let ticket = tickets.register(continuation)
@@ -154,7 +157,8 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
 }
 
 extension DurableLoop where Event: Codable, State: Codable {
-    /// A durable loop whose events and snapshots are JSON (``JSONCodec``).
+    /// A durable loop whose events and snapshots are in the compact binary form (``BinaryCodec``).
+    @inlinable
     public convenience init(
         stream: String,
         program: DurableProgram<State, Event, Effect>,
@@ -171,8 +175,8 @@ extension DurableLoop where Event: Codable, State: Codable {
             program: program,
             effects: router,
             store: store,
-            events: JSONCodec<Event>(),
-            states: JSONCodec<State>(),
+            events: BinaryCodec<Event>(),
+            states: BinaryCodec<State>(),
             snapshotEvery: snapshotEvery,
             sources: sources,
             inbox: inbox,

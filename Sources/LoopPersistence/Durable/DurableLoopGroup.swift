@@ -1,7 +1,7 @@
 public import EffectHandlers
 public import LoopCore
 public import LoopRuntime
-internal import Synchronization
+public import Synchronization
 
 /// Durable entities: one durable loop per id, each with its own stream, created on its first event
 /// (recovering whatever its stream holds) and passivated when idle, so a group can hold millions of
@@ -51,13 +51,14 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
 
     /// The underlying group, for its report; send through ``send(_:to:)`` and ``sendDurably(_:to:)``.
     public let core: Core
-    private let tickets: Tickets
-    private let streamOf: @Sendable (ID) -> String
-    private let passivation: Passivation
-    private let clock: any Clock<Duration>
-    private let residents = Locked(Residents<ID>())
-    private let failures: Failures
-    private let passivated = Atomic<Int>(0)
+    @usableFromInline let tickets: Tickets
+    @usableFromInline let streamOf: @Sendable (ID) -> String
+    @usableFromInline let passivation: Passivation
+    @usableFromInline let clock: any Clock<Duration>
+    @usableFromInline let residents: Locked<Residents<ID>>
+    @usableFromInline let failures: Failures
+    @usableFromInline let passivated: Atomic<Int>
+    @usableFromInline let recovered: Recoveries
 
     /// Creates a group keeping each entity's events in its stream, `stream(id)`.
     ///
@@ -73,6 +74,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     ///   - inbox: each entity's inbox.
     ///   - failureGrace: how long effects of recorded events may finish after an entity's store fails.
     ///   - clock: the clock timeouts, grace periods and idleness are measured on.
+    @inlinable
     public init(
         stream: @escaping @Sendable (ID) -> String = { "\($0)" },
         program: DurableProgram<State, Event, Effect>,
@@ -89,6 +91,8 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         let tickets = Tickets()
         let failures = Failures()
         self.failures = failures
+        let recovered = Recoveries()
+        self.recovered = recovered
         let storage = DurableStorage(
             store: store,
             events: events,
@@ -102,6 +106,8 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         self.streamOf = stream
         self.passivation = passivation
         self.clock = clock
+        self.residents = Locked(Residents<ID>())
+        self.passivated = Atomic(0)
         core = LoopGroup(
             program: { id in
                 let name = stream(id)
@@ -113,13 +119,20 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
                     update: update
                 )
             },
-            effects: storage.router(for: router, tickets: tickets, failureGrace: failureGrace, failed: failures.record),
+            effects: storage.router(
+                for: router,
+                tickets: tickets,
+                failureGrace: failureGrace,
+                recovered: recovered.count,
+                failed: failures.record
+            ),
             inbox: inbox,
             clock: clock
         )
     }
 
     /// Sends `event` to the entity `id`, recovering it first if it is not live. Never waits.
+    @inlinable
     @discardableResult
     public func send(_ event: Event, to id: ID) -> Delivery {
         deliver(.event(event, ticket: nil), to: id)
@@ -127,6 +140,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
 
     /// Sends `event` to the entity `id` and returns once it is durable, with its version in the entity's
     /// stream. Throws as ``DurableLoop/sendDurably(_:)`` does.
+    @inlinable
     public func sendDurably(_ event: Event, to id: ID) async throws -> UInt64 {
         try await withCheckedThrowingContinuation { continuation in
             let ticket = tickets.register(continuation)
@@ -136,7 +150,8 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         }
     }
 
-    private func deliver(_ input: DurableInput<State, Event>, to id: ID) -> Delivery {
+    @inlinable
+    func deliver(_ input: DurableInput<State, Event>, to id: ID) -> Delivery {
         if failures.any.load(ordering: .acquiring), failures.reasons.withLock({ $0[streamOf(id)] }) != nil {
             return .rejected(.failed)
         }
@@ -167,9 +182,36 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         core.count
     }
 
+    /// Starts the entity `id` (recovering it from its stream) without sending it an event: to warm a
+    /// group up before traffic. Nothing happens to an entity that is live.
+    public func wake(_ id: ID) {
+        // An acknowledgement of version 0 changes nothing in any phase: it only brings the entity up.
+        _ = deliver(.recorded(upTo: 0), to: id)
+    }
+
+    /// How many times an entity was recovered (read back from its stream) so far: once per start of an
+    /// entity, so after passivation too.
+    public var recoveries: Int {
+        recovered.value.load(ordering: .relaxed)
+    }
+
     /// How many entities were passivated so far.
     public var passivations: Int {
         passivated.load(ordering: .relaxed)
+    }
+
+    /// Counts recoveries.
+    @usableFromInline
+    final class Recoveries: Sendable {
+        @usableFromInline let value = Atomic<Int>(0)
+
+        @usableFromInline
+        init() {}
+
+        @usableFromInline
+        @Sendable func count() {
+            value.add(1, ordering: .relaxed)
+        }
     }
 
     /// The streams whose entities failed, with why. Such an entity refuses events until the process
@@ -221,7 +263,8 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
 
     /// Releases quiet entities, oldest first, until the group is back within its cap; a busy one goes to
     /// the back of the line. Tries a few per call, so a send never pays for a long scan.
-    private func passivateOldest() {
+    @usableFromInline
+    func passivateOldest() {
         guard let cap = passivation.maximumLive else { return }
         for _ in 0..<4 {
             guard let oldest = residents.withLock({ $0.count > cap ? $0.popOldest() : nil }) else { return }
@@ -246,11 +289,30 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     }
 }
 
-/// The streams whose entities failed, and a flag that spares sends the lookup while there are none.
-final class Failures: Sendable {
-    let reasons = Locked<[String: String]>([:])
-    let any = Atomic<Bool>(false)
+/// Counts recoveries.
+@usableFromInline
+final class Recoveries: Sendable {
+    @usableFromInline let value = Atomic<Int>(0)
 
+    @usableFromInline
+    init() {}
+
+    @usableFromInline
+    @Sendable func count() {
+        value.add(1, ordering: .relaxed)
+    }
+}
+
+/// The streams whose entities failed, and a flag that spares sends the lookup while there are none.
+@usableFromInline
+final class Failures: Sendable {
+    @usableFromInline let reasons = Locked<[String: String]>([:])
+    @usableFromInline let any = Atomic<Bool>(false)
+
+    @usableFromInline
+    init() {}
+
+    @usableFromInline
     @Sendable func record(stream: String, reason: String) {
         reasons.withLock { $0[stream] = reason }
         any.store(true, ordering: .releasing)
@@ -258,15 +320,21 @@ final class Failures: Sendable {
 }
 
 /// The live entities of a durable group, oldest first, with the sweep in which each last got an event.
+@usableFromInline
 struct Residents<ID: Hashable> {
-    private var order: [ID] = []
-    private var head = 0
-    private var seen: [ID: UInt64] = [:]
-    private var generation: UInt64 = 0
+    @usableFromInline var order: [ID] = []
+    @usableFromInline var head = 0
+    @usableFromInline var seen: [ID: UInt64] = [:]
+    @usableFromInline var generation: UInt64 = 0
 
+    @inlinable
+    init() {}
+
+    @inlinable
     var count: Int { seen.count }
 
     /// Notes an event for `id`.
+    @inlinable
     mutating func touch(_ id: ID) {
         if seen.updateValue(generation, forKey: id) == nil { order.append(id) }
     }
@@ -302,7 +370,8 @@ struct Residents<ID: Hashable> {
 }
 
 extension DurableLoopGroup where Event: Codable, State: Codable {
-    /// A durable group whose events and snapshots are JSON (``JSONCodec``).
+    /// A durable group whose events and snapshots are in the compact binary form (``BinaryCodec``).
+    @inlinable
     public convenience init(
         stream: @escaping @Sendable (ID) -> String = { "\($0)" },
         program: DurableProgram<State, Event, Effect>,
@@ -319,8 +388,8 @@ extension DurableLoopGroup where Event: Codable, State: Codable {
             program: program,
             effects: router,
             store: store,
-            events: JSONCodec<Event>(),
-            states: JSONCodec<State>(),
+            events: BinaryCodec<Event>(),
+            states: BinaryCodec<State>(),
             snapshotEvery: snapshotEvery,
             passivation: passivation,
             inbox: inbox,

@@ -74,6 +74,7 @@ public struct Acknowledgement: Hashable, Sendable {
     public var version: UInt64
 
     /// Creates an acknowledgement.
+    @inlinable
     public init(ticket: UInt64, version: UInt64) {
         self.ticket = ticket
         self.version = version
@@ -100,6 +101,14 @@ public struct DurableState<State, Event, Effect> {
         public var effects: [Effect]
         /// The ticket of a sender waiting for it.
         public var ticket: UInt64?
+
+        /// Creates a pending event.
+        @inlinable
+        public init(version: UInt64, effects: [Effect], ticket: UInt64?) {
+            self.version = version
+            self.effects = effects
+            self.ticket = ticket
+        }
     }
 
     /// The stream the loop's events are kept in.
@@ -125,11 +134,13 @@ public struct DurableState<State, Event, Effect> {
 
     /// Whether nothing is on its way to the store: the loop may be passivated (and recovered later)
     /// without losing or repeating anything.
+    @inlinable
     public var isQuiet: Bool {
         phase == .running && !appending && unrecorded.isEmpty && pending.isEmpty && held.isEmpty
     }
 
     /// A loop about to recover `stream`, starting from `initial` when the stream is new.
+    @inlinable
     public init(stream: String, initial: State) {
         self.stream = stream
         self.state = initial
@@ -144,6 +155,7 @@ extension DurableProgram {
     ///
     /// `snapshotEvery` saves the state with the append that brings the events since the last snapshot to
     /// at least that many (`nil`: never).
+    @inlinable
     public func durableUpdate(
         snapshotEvery: UInt64?
     ) -> Update<DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>> {
@@ -205,6 +217,7 @@ extension DurableProgram {
 
 extension DurableState {
     /// Applies `event` to the state; its effects wait until it is durable.
+    @inlinable
     mutating func apply(_ event: Event, ticket: UInt64?, update: Update<State, Event, Effect>) {
         let effects = update(&state, event)
         version += 1
@@ -215,6 +228,7 @@ extension DurableState {
     }
 
     /// Hands the unrecorded events to the store, unless an append is under way.
+    @inlinable
     mutating func handOver(snapshotEvery: UInt64?) -> [DurableEffect<State, Event, Effect>] {
         guard !appending, !unrecorded.isEmpty else { return [] }
         appending = true

@@ -1,18 +1,35 @@
-internal import EffectHandlers
+public import EffectHandlers
 public import LoopCore
 internal import LoopRuntime
 
 /// The store's side of a durable loop: reading a stream back and appending to it, with the codecs.
 /// Every failure comes back as a ``DurableInput/failed(_:)`` naming the stream (and the version, for an
 /// event that does not decode), never as a thrown error the loop would have to map.
+@usableFromInline
 struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
-    let store: any EventStore
-    let events: any EventCodec<Event>
-    let states: any EventCodec<State>
-    let initial: State
-    let update: Update<State, Event, Effect>
+    @usableFromInline let store: any EventStore
+    @usableFromInline let events: any EventCodec<Event>
+    @usableFromInline let states: any EventCodec<State>
+    @usableFromInline let initial: State
+    @usableFromInline let update: Update<State, Event, Effect>
+
+    @inlinable
+    init(
+        store: any EventStore,
+        events: any EventCodec<Event>,
+        states: any EventCodec<State>,
+        initial: State,
+        update: Update<State, Event, Effect>
+    ) {
+        self.store = store
+        self.events = events
+        self.states = states
+        self.initial = initial
+        self.update = update
+    }
 
     /// The latest snapshot, then every later event folded through the update, one page in memory.
+    @inlinable
     func recover(_ stream: String) async -> DurableInput<State, Event> {
         var state = initial
         var version: UInt64 = 0
@@ -46,6 +63,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
     }
 
     /// Appends the events, then saves the snapshot if one came with them.
+    @inlinable
     func append(
         _ batch: [Event],
         to stream: String,
@@ -78,10 +96,12 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
 
     /// The program's routes, wrapped: the program's effects keep their routes and lifecycles, the
     /// store's work runs in tasks, and senders waiting for durability are answered through `tickets`.
+    @inlinable
     func router(
         for effects: EffectRouter<Effect, Event>,
         tickets: Tickets,
         failureGrace: Duration,
+        recovered: @escaping @Sendable () -> Void = {},
         failed: @escaping @Sendable (_ stream: String, _ reason: String) -> Void = { _, _ in }
     ) -> EffectRouter<DurableEffect<State, Event, Effect>, DurableInput<State, Event>> {
         let storage = self
@@ -91,7 +111,11 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             }
             .route(
                 { if case .recover(let stream) = $0 { stream } else { nil } },
-                to: ClosureEffectHandler { stream, send in send(await storage.recover(stream)) }
+                to: ClosureEffectHandler { stream, send in
+                    let input = await storage.recover(stream)
+                    if case .recovered = input { recovered() }
+                    send(input)
+                }
             )
             .route(
                 { effect -> (String, [Event], UInt64, State?)? in
@@ -126,6 +150,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
 }
 
 /// Senders waiting for their events to be durable, by ticket.
+@usableFromInline
 final class Tickets: Sendable {
     private struct Waiting {
         var next: UInt64 = 0
@@ -134,7 +159,11 @@ final class Tickets: Sendable {
 
     private let waiting = Locked(Waiting())
 
+    @usableFromInline
+    init() {}
+
     /// Registers `continuation`; returns its ticket.
+    @usableFromInline
     func register(_ continuation: CheckedContinuation<UInt64, any Error>) -> UInt64 {
         waiting.withLock { waiting in
             waiting.next += 1
@@ -143,6 +172,7 @@ final class Tickets: Sendable {
         }
     }
 
+    @usableFromInline
     func acknowledge(_ acknowledgements: [Acknowledgement]) {
         let resumed = waiting.withLock { waiting in
             acknowledgements.compactMap { acknowledgement in
@@ -152,6 +182,7 @@ final class Tickets: Sendable {
         for (continuation, version) in resumed { continuation.resume(returning: version) }
     }
 
+    @usableFromInline
     func refuse(_ tickets: [UInt64], with error: any Error) {
         let refused = waiting.withLock { waiting in tickets.compactMap { waiting.continuations.removeValue(forKey: $0) }
         }
@@ -159,6 +190,7 @@ final class Tickets: Sendable {
     }
 
     /// Fails every sender still waiting: the loop has ended.
+    @usableFromInline
     func refuseAll(with error: any Error) {
         let refused = waiting.withLock { waiting in
             defer { waiting.continuations = [:] }

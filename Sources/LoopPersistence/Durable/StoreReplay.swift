@@ -79,7 +79,7 @@ public enum StoreReplay {
 }
 
 extension StoreReplay {
-    /// Replays with ``JSONCodec`` for events and states.
+    /// Replays with ``BinaryCodec`` (the durable loops' default) for events and states.
     public static func run<State: Equatable & Codable, Event: Codable, Effect>(
         store: any EventStore,
         stream: String,
@@ -89,8 +89,8 @@ extension StoreReplay {
             store: store,
             stream: stream,
             program: program,
-            events: JSONCodec<Event>(),
-            states: JSONCodec<State>()
+            events: BinaryCodec<Event>(),
+            states: BinaryCodec<State>()
         )
     }
 }

@@ -85,6 +85,23 @@ public final class FileEventStore: EventStore {
         public var description: String { "cut \(bytes) bytes of an unfinished write at offset \(offset) of \(file)" }
     }
 
+    /// What the store has written since it was opened.
+    public struct Statistics: Hashable, Sendable {
+        /// Events appended.
+        public var events: UInt64 = 0
+        /// Records written (a batch of events, or a snapshot).
+        public var records: UInt64 = 0
+        /// Bytes written.
+        public var bytes: Int = 0
+        /// `fdatasync` calls: one per group commit.
+        public var syncs: Int = 0
+    }
+
+    /// What the store has written since it was opened; `records / syncs` is the group commit's batch.
+    public var statistics: Statistics {
+        shared.withLock { $0.statistics }
+    }
+
     /// What opening the store found: the files read, the streams and events, and a torn tail it cut.
     public let recovery: Recovery
 
@@ -272,7 +289,7 @@ public final class FileEventStore: EventStore {
     }
 
     struct Shared {
-        var streams: [String: StreamEntry]
+        var streams: StreamTable
         /// One descriptor per log file, in order; the last is the one written.
         var segments: [Int32]
         /// The good length of the last log file.
@@ -282,6 +299,7 @@ public final class FileEventStore: EventStore {
         var closed = false
         /// Set when the log can no longer be trusted (a failed `fdatasync`, a failed rollback).
         var broken: EventStoreError?
+        var statistics = Statistics()
     }
 
     static let closedError = EventStoreError(.unavailable(reason: "the store is closed"))
@@ -348,6 +366,8 @@ public final class FileEventStore: EventStore {
         let size: Int
         var bytes: [UInt8] = []
         var results: [Result<UInt64, EventStoreError>] = []
+        var events: UInt64 = 0
+        var records: UInt64 = 0
     }
 
     private func flush(_ batch: inout Batch) {
@@ -366,6 +386,10 @@ public final class FileEventStore: EventStore {
         shared.withLock { shared in
             for (stream, entry) in batch.streams { shared.streams[stream] = entry }
             shared.size = grown
+            shared.statistics.events += batch.events
+            shared.statistics.records += batch.records
+            shared.statistics.bytes += batch.bytes.count
+            shared.statistics.syncs += 1
         }
         for (queued, result) in zip(batch.queued, batch.results) { queued.continuation.resume(with: result) }
         if grown >= options.segmentBytes { roll(after: batch.segment) }
@@ -386,6 +410,8 @@ public final class FileEventStore: EventStore {
             let first = entry.version + 1
             let record = LogRecord.events(stream: stream, first: first, previous: entry.tail, payloads: payloads)
             batch.bytes += RecordFrame.encode(record.encode())
+            batch.events += UInt64(payloads.count)
+            batch.records += 1
             entry.appended(first: first, count: payloads.count, at: location)
         case .save(let snapshot):
             guard snapshot.version <= entry.version else {
@@ -396,6 +422,7 @@ public final class FileEventStore: EventStore {
                 return .success(entry.version)
             }
             batch.bytes += RecordFrame.encode(LogRecord.snapshot(snapshot).encode())
+            batch.records += 1
             entry.snapshot = location
             entry.snapshotVersion = snapshot.version
         }
@@ -529,7 +556,7 @@ public final class FileEventStore: EventStore {
     }
 
     struct Opened {
-        var streams: [String: StreamEntry] = [:]
+        var streams = StreamTable()
         var segments: [Int32] = []
         var size = 0
         var recovery = Recovery(segments: 0, streams: 0, events: 0, truncated: nil)

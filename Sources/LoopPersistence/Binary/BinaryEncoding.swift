@@ -1,0 +1,280 @@
+/// Encoding to ``BinaryCodec``'s form: containers build a small tree (so they may be filled in any
+/// order, as `Codable` allows), written out at the end in one pass.
+enum BinaryEncoding {
+    /// One encoded value.
+    enum Node {
+        case null
+        case bool(Bool)
+        case signed(Int64)
+        case unsigned(UInt64)
+        case double(Double)
+        case float(Float)
+        case string(String)
+        case keyed(Keyed)
+        case unkeyed(Unkeyed)
+        /// A value still to be filled in (by a nested or super encoder).
+        case slot(Slot)
+
+        func write(to bytes: inout [UInt8]) {
+            switch self {
+            case .null: bytes.append(BinaryTag.null)
+            case .bool(let value): bytes.append(value ? BinaryTag.trueValue : BinaryTag.falseValue)
+            case .signed(let value):
+                bytes.append(BinaryTag.signed)
+                BinaryTag.putVarint(UInt64(bitPattern: (value << 1) ^ (value >> 63)), &bytes)
+            case .unsigned(let value):
+                bytes.append(BinaryTag.unsigned)
+                BinaryTag.putVarint(value, &bytes)
+            case .double(let value):
+                bytes.append(BinaryTag.double)
+                withUnsafeBytes(of: value.bitPattern.littleEndian) { bytes += $0 }
+            case .float(let value):
+                bytes.append(BinaryTag.float)
+                withUnsafeBytes(of: value.bitPattern.littleEndian) { bytes += $0 }
+            case .string(let value):
+                bytes.append(BinaryTag.string)
+                var value = value
+                value.withUTF8 { utf8 in
+                    BinaryTag.putVarint(UInt64(utf8.count), &bytes)
+                    bytes += utf8
+                }
+            case .keyed(let keyed):
+                var body: [UInt8] = []
+                BinaryTag.putVarint(UInt64(keyed.entries.count), &body)
+                for (key, node) in keyed.entries {
+                    var key = key
+                    key.withUTF8 { utf8 in
+                        BinaryTag.putVarint(UInt64(utf8.count), &body)
+                        body += utf8
+                    }
+                    node.write(to: &body)
+                }
+                bytes.append(BinaryTag.keyed)
+                BinaryTag.putVarint(UInt64(body.count), &bytes)
+                bytes += body
+            case .unkeyed(let unkeyed):
+                var body: [UInt8] = []
+                BinaryTag.putVarint(UInt64(unkeyed.items.count), &body)
+                for node in unkeyed.items { node.write(to: &body) }
+                bytes.append(BinaryTag.unkeyed)
+                BinaryTag.putVarint(UInt64(body.count), &bytes)
+                bytes += body
+            case .slot(let slot):
+                slot.node.write(to: &bytes)
+            }
+        }
+    }
+
+    final class Keyed {
+        var entries: [(String, Node)] = []
+    }
+
+    final class Unkeyed {
+        var items: [Node] = []
+    }
+
+    final class Slot {
+        var node: Node = .null
+    }
+
+    /// Encodes one value into its slot.
+    final class Encoder: Swift.Encoder {
+        let slot: Slot
+        let codingPath: [any CodingKey]
+        var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+        init(path: [any CodingKey], slot: Slot = Slot()) {
+            self.codingPath = path
+            self.slot = slot
+        }
+
+        func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
+            let keyed: Keyed
+            if case .keyed(let existing) = slot.node {
+                keyed = existing
+            } else {
+                keyed = Keyed()
+                slot.node = .keyed(keyed)
+            }
+            return KeyedEncodingContainer(KeyedContainer<Key>(keyed: keyed, codingPath: codingPath))
+        }
+
+        func unkeyedContainer() -> any UnkeyedEncodingContainer {
+            let unkeyed: Unkeyed
+            if case .unkeyed(let existing) = slot.node {
+                unkeyed = existing
+            } else {
+                unkeyed = Unkeyed()
+                slot.node = .unkeyed(unkeyed)
+            }
+            return UnkeyedContainer(unkeyed: unkeyed, codingPath: codingPath)
+        }
+
+        func singleValueContainer() -> any SingleValueEncodingContainer {
+            SingleContainer(slot: slot, codingPath: codingPath)
+        }
+
+        /// The node of `value`: primitives directly, anything else through its `encode(to:)`.
+        static func node<T: Encodable>(of value: T, at path: [any CodingKey]) throws -> Node {
+            switch value {
+            case let value as String: return .string(value)
+            case let value as Int: return .signed(Int64(value))
+            case let value as Bool: return .bool(value)
+            case let value as Double: return .double(value)
+            case let value as UInt64: return .unsigned(value)
+            case let value as Int64: return .signed(value)
+            default:
+                let encoder = Encoder(path: path)
+                try value.encode(to: encoder)
+                return encoder.slot.node
+            }
+        }
+    }
+
+    struct KeyedContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
+        let keyed: Keyed
+        let codingPath: [any CodingKey]
+
+        mutating func encodeNil(forKey key: Key) { keyed.entries.append((key.stringValue, .null)) }
+        mutating func encode(_ value: Bool, forKey key: Key) { keyed.entries.append((key.stringValue, .bool(value))) }
+        mutating func encode(_ value: String, forKey key: Key) {
+            keyed.entries.append((key.stringValue, .string(value)))
+        }
+        mutating func encode(_ value: Double, forKey key: Key) {
+            keyed.entries.append((key.stringValue, .double(value)))
+        }
+        mutating func encode(_ value: Float, forKey key: Key) { keyed.entries.append((key.stringValue, .float(value))) }
+        mutating func encode(_ value: Int, forKey key: Key) { signed(Int64(value), key) }
+        mutating func encode(_ value: Int8, forKey key: Key) { signed(Int64(value), key) }
+        mutating func encode(_ value: Int16, forKey key: Key) { signed(Int64(value), key) }
+        mutating func encode(_ value: Int32, forKey key: Key) { signed(Int64(value), key) }
+        mutating func encode(_ value: Int64, forKey key: Key) { signed(value, key) }
+        mutating func encode(_ value: UInt, forKey key: Key) { unsigned(UInt64(value), key) }
+        mutating func encode(_ value: UInt8, forKey key: Key) { unsigned(UInt64(value), key) }
+        mutating func encode(_ value: UInt16, forKey key: Key) { unsigned(UInt64(value), key) }
+        mutating func encode(_ value: UInt32, forKey key: Key) { unsigned(UInt64(value), key) }
+        mutating func encode(_ value: UInt64, forKey key: Key) { unsigned(value, key) }
+
+        mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+            keyed.entries.append((key.stringValue, try Encoder.node(of: value, at: codingPath + [key])))
+        }
+
+        private func signed(_ value: Int64, _ key: Key) { keyed.entries.append((key.stringValue, .signed(value))) }
+        private func unsigned(_ value: UInt64, _ key: Key) { keyed.entries.append((key.stringValue, .unsigned(value))) }
+
+        mutating func nestedContainer<NestedKey: CodingKey>(
+            keyedBy keyType: NestedKey.Type,
+            forKey key: Key
+        ) -> KeyedEncodingContainer<NestedKey> {
+            let nested = Keyed()
+            keyed.entries.append((key.stringValue, .keyed(nested)))
+            return KeyedEncodingContainer(KeyedContainer<NestedKey>(keyed: nested, codingPath: codingPath + [key]))
+        }
+
+        mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
+            let nested = Unkeyed()
+            keyed.entries.append((key.stringValue, .unkeyed(nested)))
+            return UnkeyedContainer(unkeyed: nested, codingPath: codingPath + [key])
+        }
+
+        mutating func superEncoder() -> any Swift.Encoder {
+            superEncoder(named: "super")
+        }
+
+        mutating func superEncoder(forKey key: Key) -> any Swift.Encoder {
+            superEncoder(named: key.stringValue)
+        }
+
+        private func superEncoder(named name: String) -> any Swift.Encoder {
+            let slot = Slot()
+            keyed.entries.append((name, .slot(slot)))
+            return Encoder(path: codingPath, slot: slot)
+        }
+    }
+
+    struct UnkeyedContainer: UnkeyedEncodingContainer {
+        let unkeyed: Unkeyed
+        let codingPath: [any CodingKey]
+        var count: Int { unkeyed.items.count }
+
+        mutating func encodeNil() { unkeyed.items.append(.null) }
+        mutating func encode(_ value: Bool) { unkeyed.items.append(.bool(value)) }
+        mutating func encode(_ value: String) { unkeyed.items.append(.string(value)) }
+        mutating func encode(_ value: Double) { unkeyed.items.append(.double(value)) }
+        mutating func encode(_ value: Float) { unkeyed.items.append(.float(value)) }
+        mutating func encode(_ value: Int) { unkeyed.items.append(.signed(Int64(value))) }
+        mutating func encode(_ value: Int8) { unkeyed.items.append(.signed(Int64(value))) }
+        mutating func encode(_ value: Int16) { unkeyed.items.append(.signed(Int64(value))) }
+        mutating func encode(_ value: Int32) { unkeyed.items.append(.signed(Int64(value))) }
+        mutating func encode(_ value: Int64) { unkeyed.items.append(.signed(value)) }
+        mutating func encode(_ value: UInt) { unkeyed.items.append(.unsigned(UInt64(value))) }
+        mutating func encode(_ value: UInt8) { unkeyed.items.append(.unsigned(UInt64(value))) }
+        mutating func encode(_ value: UInt16) { unkeyed.items.append(.unsigned(UInt64(value))) }
+        mutating func encode(_ value: UInt32) { unkeyed.items.append(.unsigned(UInt64(value))) }
+        mutating func encode(_ value: UInt64) { unkeyed.items.append(.unsigned(value)) }
+
+        mutating func encode<T: Encodable>(_ value: T) throws {
+            unkeyed.items.append(try Encoder.node(of: value, at: codingPath + [IndexKey(count)]))
+        }
+
+        mutating func nestedContainer<NestedKey: CodingKey>(
+            keyedBy keyType: NestedKey.Type
+        )
+            -> KeyedEncodingContainer<NestedKey>
+        {
+            let nested = Keyed()
+            let path = codingPath + [IndexKey(count)]
+            unkeyed.items.append(.keyed(nested))
+            return KeyedEncodingContainer(KeyedContainer<NestedKey>(keyed: nested, codingPath: path))
+        }
+
+        mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
+            let nested = Unkeyed()
+            let path = codingPath + [IndexKey(count)]
+            unkeyed.items.append(.unkeyed(nested))
+            return UnkeyedContainer(unkeyed: nested, codingPath: path)
+        }
+
+        mutating func superEncoder() -> any Swift.Encoder {
+            let slot = Slot()
+            let path = codingPath + [IndexKey(count)]
+            unkeyed.items.append(.slot(slot))
+            return Encoder(path: path, slot: slot)
+        }
+    }
+
+    struct SingleContainer: SingleValueEncodingContainer {
+        let slot: Slot
+        let codingPath: [any CodingKey]
+
+        mutating func encodeNil() { slot.node = .null }
+        mutating func encode(_ value: Bool) { slot.node = .bool(value) }
+        mutating func encode(_ value: String) { slot.node = .string(value) }
+        mutating func encode(_ value: Double) { slot.node = .double(value) }
+        mutating func encode(_ value: Float) { slot.node = .float(value) }
+        mutating func encode(_ value: Int) { slot.node = .signed(Int64(value)) }
+        mutating func encode(_ value: Int8) { slot.node = .signed(Int64(value)) }
+        mutating func encode(_ value: Int16) { slot.node = .signed(Int64(value)) }
+        mutating func encode(_ value: Int32) { slot.node = .signed(Int64(value)) }
+        mutating func encode(_ value: Int64) { slot.node = .signed(value) }
+        mutating func encode(_ value: UInt) { slot.node = .unsigned(UInt64(value)) }
+        mutating func encode(_ value: UInt8) { slot.node = .unsigned(UInt64(value)) }
+        mutating func encode(_ value: UInt16) { slot.node = .unsigned(UInt64(value)) }
+        mutating func encode(_ value: UInt32) { slot.node = .unsigned(UInt64(value)) }
+        mutating func encode(_ value: UInt64) { slot.node = .unsigned(value) }
+
+        mutating func encode<T: Encodable>(_ value: T) throws {
+            slot.node = try Encoder.node(of: value, at: codingPath)
+        }
+    }
+}
+
+/// The key of an element of an unkeyed container, for coding paths.
+struct IndexKey: CodingKey {
+    let intValue: Int?
+    var stringValue: String { intValue.map(String.init) ?? "" }
+
+    init(_ index: Int) { intValue = index }
+    init?(intValue: Int) { self.intValue = intValue }
+    init?(stringValue: String) { nil }
+}

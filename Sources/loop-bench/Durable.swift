@@ -1,0 +1,250 @@
+import EffectHandlers
+import LoopCore
+import LoopPersistence
+import LoopRuntime
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The durable workloads' program: an entity adds up what it is sent; each event has one effect,
+/// which the benchmark counts, so "performed" means "durable, then its effect ran".
+enum Tally {
+    enum Event: Codable, Sendable, Equatable {
+        case add(Int)
+    }
+
+    enum Effect: Sendable {
+        case done
+    }
+
+    static let program = DurableProgram<Int, Event, Effect>(
+        initial: 0,
+        update: Update { total, event in
+            switch event {
+            case .add(let amount): total += amount
+            }
+            return [.done]
+        }
+    )
+
+    /// Counts effects performed, and wakes a waiter once `target` are.
+    final class Counter: Sendable {
+        let performed = Atomic<Int>(0)
+
+        var router: EffectRouter<Effect, Event> {
+            EffectRouter<Effect, Event>()
+                .route({ $0 }, to: ClosureSyncEffectHandler { _, _ in self.performed.add(1, ordering: .relaxed) })
+        }
+
+        /// Waits (yielding) until `target` effects are performed.
+        func wait(for target: Int) async {
+            while performed.load(ordering: .relaxed) < target { try? await Task.sleep(for: .microseconds(200)) }
+        }
+    }
+}
+
+/// A scratch directory on the disk the benchmark runs from (not a tmpfs, where `fdatasync` is free).
+func scratchStore(_ name: String) -> String {
+    let path = ".build/bench-\(name)-\(getpid())"
+    removeTree(path)
+    mkdir(path, 0o755)
+    return path
+}
+
+func removeTree(_ path: String) {
+    guard let directory = opendir(path) else { return }
+    while let entry = readdir(directory) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        if name != "." && name != ".." { unlink(path + "/" + name) }
+    }
+    closedir(directory)
+    rmdir(path)
+}
+
+extension Workloads {
+    /// w7: events sent to 10,000 durable entities on the file store, each durable (fdatasync'd) before
+    /// its effect runs. Raw: the same bytes written in the same batches, one fdatasync per batch.
+    static func w7(_ sizes: Sizes) async throws -> Outcome {
+        let entities = 10_000
+        var rates: [Double] = []
+        var raws: [Double] = []
+        var ok = true
+        var batch = 0.0
+        for _ in 0..<sizes.runs {
+            let directory = scratchStore("w7")
+            defer { removeTree(directory) }
+            let store = try FileEventStore(directory: directory)
+            let counter = Tally.Counter()
+            let group = DurableLoopGroup<Int, Int, Tally.Event, Tally.Effect>(
+                program: Tally.program,
+                effects: counter.router,
+                store: store,
+                snapshotEvery: nil
+            )
+            let running = Task { try await group.run() }
+            _ = await group.waitUntilRunning()
+            let events = sizes.w7Events
+            let seconds = await Measure.seconds {
+                for index in 0..<events { group.send(.add(1), to: index % entities) }
+                await counter.wait(for: events)
+            }
+            group.stop()
+            _ = try await running.value
+            let statistics = store.statistics
+            await store.close()
+            let total = (0..<entities).reduce(0) { $0 + (group.state(of: $1) ?? 0) }
+            ok = ok && total == events && statistics.events == UInt64(events)
+            rates.append(Double(events) / seconds)
+            batch = Double(statistics.bytes) / Double(max(1, statistics.syncs))
+            raws.append(try rawAppends(bytes: statistics.bytes, syncs: statistics.syncs, events: events))
+        }
+        return Outcome(
+            workload: "w7",
+            title: "durable events/s, \(entities) entities on the file store (each fdatasync'd before its effect)",
+            perSecond: Measure.median(rates),
+            rawPerSecond: Measure.median(raws),
+            runs: sizes.runs,
+            ok: ok,
+            extra: [("bytes_per_sync", batch)],
+            rates: rates
+        )
+    }
+
+    /// The raw baseline of w7: `bytes` written in `syncs` equal writes, each followed by `fdatasync`.
+    static func rawAppends(bytes: Int, syncs: Int, events: Int) throws -> Double {
+        let directory = scratchStore("w7raw")
+        defer { removeTree(directory) }
+        let descriptor = open(directory + "/log", O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        defer { close(descriptor) }
+        let chunk = [UInt8](repeating: 7, count: max(1, bytes / max(1, syncs)))
+        let start = ContinuousClock.now
+        for _ in 0..<max(1, syncs) {
+            _ = chunk.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+            fdatasync(descriptor)
+        }
+        let elapsed = ContinuousClock.now - start
+        return Double(events) / (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+    }
+
+    /// w8: entities with 10 events each on disk, every one recovered (the store opened, its snapshot-less
+    /// streams read back and folded through the update). Raw: decoding and folding the same events in a
+    /// plain loop.
+    static func w8(_ sizes: Sizes) async throws -> Outcome {
+        let entities = sizes.w8Entities
+        let perEntity = 10
+        let directory = scratchStore("w8")
+        defer { removeTree(directory) }
+        let codec = BinaryCodec<Tally.Event>()
+        let payload = try codec.encode(.add(1))
+        do {
+            let store = try FileEventStore(directory: directory)
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                for worker in 0..<64 {
+                    tasks.addTask {
+                        for entity in stride(from: worker, to: entities, by: 64) {
+                            _ = try await store.append(
+                                Array(repeating: payload, count: perEntity),
+                                to: "\(entity)",
+                                expecting: 0
+                            )
+                        }
+                    }
+                }
+                try await tasks.waitForAll()
+            }
+            await store.close()
+        }
+        var rates: [Double] = []
+        var ok = true
+        for _ in 0..<sizes.runs {
+            let counter = Tally.Counter()
+            let start = ContinuousClock.now
+            let store = try FileEventStore(directory: directory)
+            let group = DurableLoopGroup<Int, Int, Tally.Event, Tally.Effect>(
+                program: Tally.program,
+                effects: counter.router,
+                store: store,
+                snapshotEvery: nil
+            )
+            let running = Task { try await group.run() }
+            for entity in 0..<entities { group.wake(entity) }
+            while group.recoveries < entities { try? await Task.sleep(for: .microseconds(500)) }
+            let elapsed = ContinuousClock.now - start
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let recovered = (0..<entities).count { group.state(of: $0) == perEntity }
+            group.stop()
+            _ = try await running.value
+            await store.close()
+            ok = ok && recovered == entities
+            rates.append(Double(entities * perEntity) / seconds)
+        }
+        let events = entities * perEntity
+        let rawSeconds = try await Measure.seconds {
+            var totals = [Int](repeating: 0, count: entities)
+            for index in 0..<events {
+                if case .add(let amount) = try codec.decode(payload) { totals[index % entities] += amount }
+            }
+            ok = ok && totals.allSatisfy { $0 == perEntity }
+        }
+        return Outcome(
+            workload: "w8",
+            title: "events/s recovered: \(entities) entities x \(perEntity) events, store opened and each recovered",
+            perSecond: Measure.median(rates),
+            rawPerSecond: Double(events) / rawSeconds,
+            runs: sizes.runs,
+            ok: ok,
+            rates: rates
+        )
+    }
+
+    /// w9: entities each sent one event, with at most 10,000 live (the rest passivated); the peak
+    /// resident memory growth of the process.
+    static func w9(_ sizes: Sizes) async throws -> Outcome {
+        let entities = sizes.w9Entities
+        let directory = scratchStore("w9")
+        defer { removeTree(directory) }
+        Measure.trimHeap()
+        let before = Measure.status("VmRSS")
+        Measure.resetPeak()
+        let store = try FileEventStore(directory: directory)
+        let counter = Tally.Counter()
+        let group = DurableLoopGroup<Int, Int, Tally.Event, Tally.Effect>(
+            program: Tally.program,
+            effects: counter.router,
+            store: store,
+            snapshotEvery: nil,
+            passivation: .init(maximumLive: 10_000)
+        )
+        let running = Task { try await group.run() }
+        var maximumLive = 0
+        let seconds = await Measure.seconds {
+            // In waves of 5,000, so the oldest entities are quiet (recorded) by the time the cap asks.
+            for start in stride(from: 0, to: entities, by: 5_000) {
+                for entity in start..<min(start + 5_000, entities) { group.send(.add(1), to: entity) }
+                await counter.wait(for: min(start + 5_000, entities))
+                maximumLive = max(maximumLive, group.count)
+            }
+        }
+        let peak = Measure.status("VmHWM")
+        group.stop()
+        _ = try await running.value
+        let statistics = store.statistics
+        await store.close()
+        let growth = max(0, peak - before)
+        let processed = counter.performed.load(ordering: .relaxed)
+        return Outcome(
+            workload: "w9",
+            title: "\(entities) entities, one event each, at most 10,000 live; peak RSS growth",
+            perSecond: Double(entities) / seconds,
+            rawPerSecond: 0,
+            runs: 1,
+            ok: processed == entities && statistics.events == UInt64(entities),
+            extra: [
+                ("peak_rss_growth_bytes", Double(growth)), ("max_live", Double(maximumLive)),
+                ("passivated", Double(group.passivations)),
+            ]
+        )
+    }
+}
