@@ -20,14 +20,44 @@ public struct EventStoreConformance: Sendable {
         public let body: @Sendable (any EventStore) async throws -> [String]
     }
 
+    /// What a store that keeps its data across processes lets the suite do to it, so it can check what
+    /// survives a crash: a store in memory has nothing to offer and skips those checks.
+    public struct Durability: Sendable {
+        /// Closes `store` as a crash would (no clean shutdown needed) and opens it again.
+        public var reopen: @Sendable (any EventStore) async throws -> any EventStore
+        /// Closes `store`, leaves the start of one more record after its last, as a write cut short by a
+        /// crash would, and opens it again.
+        public var tearTail: @Sendable (any EventStore) async throws -> any EventStore
+        /// Closes `store`, damages a record that has others after it, and opens it again: that must fail.
+        public var corruptMiddle: @Sendable (any EventStore) async throws -> any EventStore
+
+        /// Describes what the suite may do to a durable store.
+        public init(
+            reopen: @escaping @Sendable (any EventStore) async throws -> any EventStore,
+            tearTail: @escaping @Sendable (any EventStore) async throws -> any EventStore,
+            corruptMiddle: @escaping @Sendable (any EventStore) async throws -> any EventStore
+        ) {
+            self.reopen = reopen
+            self.tearTail = tearTail
+            self.corruptMiddle = corruptMiddle
+        }
+    }
+
     private let makeStore: @Sendable () async throws -> any EventStore
     private let scale: Int
+    private let durability: Durability?
 
     /// A suite for the stores `makeStore` makes. `scale` is how many events the scale check writes and
-    /// reads back through bounded pages (a million by default).
-    public init(scale: Int = 1_000_000, _ makeStore: @escaping @Sendable () async throws -> any EventStore) {
+    /// reads back through bounded pages (a million by default). A durable store passes `durability`, and
+    /// the suite also checks a reopen, a torn tail and corruption in the middle.
+    public init(
+        scale: Int = 1_000_000,
+        durability: Durability? = nil,
+        _ makeStore: @escaping @Sendable () async throws -> any EventStore
+    ) {
         self.makeStore = makeStore
         self.scale = scale
+        self.durability = durability
     }
 
     /// Runs every check, reporting each failure to the running test; returns the failures.
@@ -65,7 +95,67 @@ public struct EventStoreConformance: Sendable {
             Check(name: "\(scale) events are read back through bounded pages") { store in
                 try await Self.scaleReads(store, count: self.scale)
             },
+        ] + durabilityChecks
+    }
+
+    private var durabilityChecks: [Check] {
+        guard let durability else { return [] }
+        return [
+            Check(name: "what was acknowledged is there after a reopen") { store in
+                try await Self.survivesReopen(store, durability)
+            },
+            Check(name: "a torn tail is dropped and nothing acknowledged is lost") { store in
+                try await Self.tornTail(store, durability)
+            },
+            Check(name: "corruption in the middle is an error, never skipped") { store in
+                try await Self.corruption(store, durability)
+            },
         ]
+    }
+
+    static func survivesReopen(_ store: any EventStore, _ durability: Durability) async throws -> [String] {
+        var failures: [String] = []
+        _ = try await store.append((1...3).map(payload), to: "a", expecting: 0)
+        _ = try await store.append([payload(4)], to: "b", expecting: 0)
+        try await store.save(Snapshot(stream: "a", version: 2, payload: [2]))
+        let reopened = try await durability.reopen(store)
+        let a = try await reopened.read("a", after: 0, limit: 10).map(\.payload)
+        let b = try await reopened.version(of: "b")
+        let snapshot = try await reopened.latestSnapshot(of: "a")
+        expect(a == (1...3).map(payload), "after a reopen 'a' holds \(a)", into: &failures)
+        expect(b == 1, "after a reopen 'b' is at version \(b)", into: &failures)
+        expect(
+            snapshot?.version == 2,
+            "after a reopen the snapshot is \(String(describing: snapshot))",
+            into: &failures
+        )
+        return failures
+    }
+
+    static func tornTail(_ store: any EventStore, _ durability: Durability) async throws -> [String] {
+        var failures: [String] = []
+        _ = try await store.append([payload(1)], to: "s", expecting: 0)
+        _ = try await store.append([payload(2), payload(3)], to: "s", expecting: 1)
+        let reopened = try await durability.tearTail(store)
+        let events = try await reopened.read("s", after: 0, limit: 10).map(\.payload)
+        expect(events == (1...3).map(payload), "after a torn tail 's' holds \(events)", into: &failures)
+        let next = try await reopened.append([payload(4)], to: "s", expecting: 3)
+        expect(next == 4, "an append after a torn tail made version \(next)", into: &failures)
+        return failures
+    }
+
+    static func corruption(_ store: any EventStore, _ durability: Durability) async throws -> [String] {
+        _ = try await store.append([payload(1)], to: "s", expecting: 0)
+        _ = try await store.append([payload(2)], to: "s", expecting: 1)
+        _ = try await store.append([payload(3)], to: "s", expecting: 2)
+        do {
+            let opened = try await durability.corruptMiddle(store)
+            let events = try await opened.read("s", after: 0, limit: 10)
+            return ["a store with a damaged record opened and read \(events.count) events"]
+        } catch let error as EventStoreError {
+            guard case .corrupted = error.kind else { return ["opening a damaged store failed with \(error)"] }
+            return []
+        }
     }
 
     static func payload(_ number: Int) -> [UInt8] {

@@ -15,7 +15,7 @@ import Glibc
         let parent = try TemporaryDirectory()
         let counter = Locked(0)
         let stores = Locked<[FileEventStore]>([])
-        let failures = await EventStoreConformance(scale: InMemoryEventStoreTests.scale) {
+        let failures = await EventStoreConformance(scale: InMemoryEventStoreTests.scale, durability: Self.durability) {
             let number = counter.withLock { count in
                 count += 1
                 return count
@@ -27,6 +27,38 @@ import Glibc
         .run()
         #expect(failures.isEmpty)
         for store in stores.withLock({ $0 }) { await store.close() }
+    }
+
+    /// What the conformance suite may do to a file store: close it, damage its files, open it again.
+    static let durability = EventStoreConformance.Durability(
+        reopen: { store in try await reopen(store) { _ in } },
+        tearTail: { store in
+            try await reopen(store) { log in
+                // The header of a record whose payload never made it to the disk.
+                let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+                try handle.seekToEnd()
+                try handle.write(contentsOf: Data([40, 0, 0, 0, 1, 2, 3, 4, 1]))
+                try handle.close()
+            }
+        },
+        corruptMiddle: { store in
+            try await reopen(store) { log in
+                var bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: log)))
+                bytes[RecordFrame.headerSize + 2] ^= 0xFF
+                try Data(bytes).write(to: URL(fileURLWithPath: log))
+            }
+        }
+    )
+
+    /// Closes a file store, changes its first log file with `damage`, and opens it again.
+    static func reopen(
+        _ store: any EventStore,
+        damage: @Sendable (String) throws -> Void
+    ) async throws -> any EventStore {
+        guard let store = store as? FileEventStore else { throw CocoaError(.featureUnsupported) }
+        await store.close()
+        try damage(store.directory + "/segment-00000000.log")
+        return try FileEventStore(directory: store.directory)
     }
 
     @Test func whatWasAcknowledgedIsThereAfterReopening() async throws {

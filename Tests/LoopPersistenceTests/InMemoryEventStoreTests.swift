@@ -25,6 +25,21 @@ import Testing
         )
     }
 
+    /// A "durable" store whose reopen forgets everything, and which opens damaged data as if whole.
+    @Test func theSuiteCatchesAStoreThatLosesDataOrSkipsDamage() async throws {
+        let forgetful = EventStoreConformance.Durability(
+            reopen: { _ in InMemoryEventStore() },
+            tearTail: { store in store },
+            corruptMiddle: { store in store }
+        )
+        let suite = EventStoreConformance(scale: 10, durability: forgetful) { InMemoryEventStore() }
+        #expect(suite.checks.suffix(3).map(\.name).first == "what was acknowledged is there after a reopen")
+        var found: [String] = []
+        for check in suite.checks.suffix(3) { found += try await check.body(InMemoryEventStore()) }
+        #expect(found.contains("after a reopen 'a' holds []"))
+        #expect(found.contains("a store with a damaged record opened and read 3 events"))
+    }
+
     /// A broken store: it appends whatever version the caller expected.
     final class Overwriting: EventStore {
         let inner = InMemoryEventStore()
