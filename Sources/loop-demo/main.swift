@@ -141,21 +141,19 @@ func replay(_ path: String) -> Int32 {
 /// and prints the final state. One page of events in memory at a time.
 func replayStore(_ directory: String) async -> Int32 {
     let store: FileEventStore
-    do {
-        store = try FileEventStore(directory: directory)
-    } catch {
-        printError("loop-demo: \(error)")
-        return error.isDamage ? 65 : 73
+    switch openStore(directory) {
+    case .success(let opened): store = opened
+    case .failure(let status): return status.code
     }
-    defer { Task { await store.close() } }
-    if let cut = store.recovery.truncated { printError("warning: \(cut)") }
     do {
         let replay = try await StoreReplay.run(store: store, stream: JobRunner.stream, program: durableProgram)
         for line in JobRunner.summary(replay.state) { print(Console.escapingControlCharacters(line)) }
         print("replayed \(replay.events) events from \(directory)" + replay.snapshotCheck)
+        await store.close()
         return 0
     } catch {
         printError("loop-demo: \(error)")
+        await store.close()
         return 65
     }
 }
@@ -207,17 +205,40 @@ func run(stdin: Bool, journalPath: String?, acks: Bool, storePath: String?) asyn
     defer { ProcessTree.killTree(of: getpid()) }
     do {
         let report = try await loop.run()
-        ProcessTree.killTree(of: getpid())
-        console.clearProgress()
-        print("")
-        for line in JobRunner.summary(loop.state) { print(Console.escapingControlCharacters(line)) }
-        print("loop: \(report)")
+        printSummary(loop.state, report: report, console: console)
         if let recorder { print("journal: \(recorder.recorded) events recorded in \(journalPath ?? "")") }
         return loop.state.allSucceeded ? 0 : 1
     } catch {
         printError("loop-demo: \(error)")
         return 70
     }
+}
+
+/// Kills what the jobs left behind, then prints the summary table and the loop's report.
+func printSummary(_ state: JobRunner.State, report: LoopReport, console: Console) {
+    ProcessTree.killTree(of: getpid())
+    console.clearProgress()
+    print("")
+    for line in JobRunner.summary(state) { print(Console.escapingControlCharacters(line)) }
+    print("loop: \(report)")
+}
+
+/// Opens the store in `directory`, or says why not and gives the exit status: 65 for a damaged store,
+/// 73 for one that cannot be opened (another process holds it, or an I/O error).
+func openStore(_ directory: String) -> Result<FileEventStore, ExitStatus> {
+    do {
+        let store = try FileEventStore(directory: directory)
+        if let cut = store.recovery.truncated { printError("loop-demo: recovered the store: \(cut)") }
+        return .success(store)
+    } catch {
+        printError("loop-demo: \(error)")
+        return .failure(ExitStatus(code: error.isDamage ? 65 : 73))
+    }
+}
+
+/// An exit status, as an error value.
+struct ExitStatus: Error {
+    let code: Int32
 }
 
 /// The job runner as a durable loop over a file store in `directory`.
@@ -228,13 +249,10 @@ func runDurably(
     console: Console
 ) async -> Int32 {
     let store: FileEventStore
-    do {
-        store = try FileEventStore(directory: directory)
-    } catch {
-        printError("loop-demo: \(error)")
-        return error.isDamage ? 65 : 73
+    switch openStore(directory) {
+    case .success(let opened): store = opened
+    case .failure(let status): return status.code
     }
-    if let cut = store.recovery.truncated { printError("loop-demo: recovered the store: \(cut)") }
     let loop = DurableLoop(
         stream: JobRunner.stream,
         program: durableProgram,
@@ -252,11 +270,7 @@ func runDurably(
     let status: Int32
     do {
         let report = try await loop.run()
-        ProcessTree.killTree(of: getpid())
-        console.clearProgress()
-        print("")
-        for line in JobRunner.summary(loop.state) { print(Console.escapingControlCharacters(line)) }
-        print("loop: \(report.description)")
+        printSummary(loop.state, report: report, console: console)
         print("store: \(loop.version) events in \(directory)")
         status = loop.state.allSucceeded ? 0 : 1
     } catch {

@@ -200,20 +200,6 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         passivated.load(ordering: .relaxed)
     }
 
-    /// Counts recoveries.
-    @usableFromInline
-    final class Recoveries: Sendable {
-        @usableFromInline let value = Atomic<Int>(0)
-
-        @usableFromInline
-        init() {}
-
-        @usableFromInline
-        @Sendable func count() {
-            value.add(1, ordering: .relaxed)
-        }
-    }
-
     /// The streams whose entities failed, with why. Such an entity refuses events until the process
     /// restarts.
     public var failedStreams: [String: String] {
