@@ -18,7 +18,7 @@ public struct JSONCodec<Value: Codable>: EventCodec {
         do {
             return Array(try encoder.encode(value))
         } catch {
-            throw CodecError("cannot encode \(Value.self): \(Self.describe(error))")
+            throw CodecError("cannot encode \(Value.self): \(CodingErrors.describe(error))")
         }
     }
 
@@ -27,28 +27,7 @@ public struct JSONCodec<Value: Codable>: EventCodec {
         do {
             return try JSONDecoder().decode(Value.self, from: Data(bytes))
         } catch {
-            throw CodecError("cannot decode \(Value.self): \(Self.describe(error))")
-        }
-    }
-
-    /// A readable account of a coding error.
-    static func describe(_ error: any Error) -> String {
-        guard let error = error as? DecodingError else { return "\(error)" }
-        func path(_ context: DecodingError.Context) -> String {
-            let keys = context.codingPath.map { $0.intValue.map(String.init) ?? $0.stringValue }
-            return keys.isEmpty ? "the top level" : keys.joined(separator: ".")
-        }
-        switch error {
-        case .keyNotFound(let key, let context):
-            return "\(path(context)): no value for '\(key.stringValue)'"
-        case .typeMismatch(let type, let context):
-            return "\(path(context)): expected \(type), \(context.debugDescription)"
-        case .valueNotFound(let type, let context):
-            return "\(path(context)): expected \(type), found null"
-        case .dataCorrupted(let context):
-            return "\(path(context)): \(context.debugDescription)"
-        @unknown default:
-            return "\(error)"
+            throw CodecError("cannot decode \(Value.self): \(CodingErrors.describe(error))")
         }
     }
 }
