@@ -231,8 +231,8 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
             _ = try await running.value
         }
         #expect(card.amounts.isEmpty)
-        #expect(loop.send(.add(1)) == .rejected(.stopped))
-        await #expect(throws: DurableLoopError.rejected(.stopped)) { try await loop.sendDurably(.add(1)) }
+        #expect(loop.send(.add(1)) == .rejected(.failed))
+        await #expect(throws: DurableLoopError.rejected(.failed)) { try await loop.sendDurably(.add(1)) }
     }
 
     /// An event on disk that no longer decodes (the program's events changed) stops that loop with an

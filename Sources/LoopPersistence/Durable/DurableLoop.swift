@@ -2,6 +2,7 @@ public import EffectHandlers
 public import EventSources
 public import LoopCore
 public import LoopRuntime
+public import Synchronization
 
 /// A loop whose events outlive its process: each event is in its store before its effects start, and
 /// a restarted loop reads its stream back (latest snapshot, then the events after it) and goes on.
@@ -38,6 +39,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     /// The underlying loop, for its report and states; send through ``send(_:)`` and ``sendDurably(_:)``.
     public let core: Core
     @usableFromInline let tickets: Tickets
+    @usableFromInline let failures: Failures
 
     /// Creates a durable loop keeping its events in `stream` of `store`.
     ///
@@ -68,6 +70,8 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         clock: any Clock<Duration> = ContinuousClock()
     ) {
         let tickets = Tickets()
+        let failures = Failures()
+        self.failures = failures
         let storage = DurableStorage(
             store: store,
             events: events,
@@ -84,7 +88,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
                 ),
                 update: program.durableUpdate(snapshotEvery: snapshotEvery)
             ),
-            effects: storage.router(for: router, tickets: tickets, failureGrace: failureGrace),
+            effects: storage.router(for: router, tickets: tickets, failureGrace: failureGrace, failed: failures.record),
             sources: sources.map { source in
                 ClosureEventSource { send in try await source.run(send: send.map { .event($0, ticket: nil) }) }
             },
@@ -94,10 +98,17 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     }
 
     /// Sends `event`; returns whether it was taken. Never waits (see ``LoopRuntime/Loop/send(_:)``).
+    /// Once the store has failed, every event is refused with ``LoopCore/Rejection/failed``.
     @inlinable
     @discardableResult
     public func send(_ event: Event) -> Delivery {
-        core.send(.event(event, ticket: nil))
+        deliver(.event(event, ticket: nil))
+    }
+
+    @inlinable
+    func deliver(_ input: DurableInput<State, Event>) -> Delivery {
+        if failures.any.load(ordering: .acquiring) { return .rejected(.failed) }
+        return core.send(input)
     }
 
     /// Sends `event` and returns once it is durable, with its version in the stream: the moment a service
@@ -110,7 +121,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     public func sendDurably(_ event: Event) async throws -> UInt64 {
         try await withCheckedThrowingContinuation { continuation in
             let ticket = tickets.register(continuation)
-            if case .rejected(let rejection) = core.send(.event(event, ticket: ticket)) {
+            if case .rejected(let rejection) = deliver(.event(event, ticket: ticket)) {
                 tickets.refuse([ticket], with: DurableLoopError.rejected(rejection))
             }
         }
