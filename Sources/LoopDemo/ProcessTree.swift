@@ -42,14 +42,25 @@ public enum ProcessTree {
     /// ``descendants(of:)``. `false` where the system does not allow it.
     @discardableResult
     public static func becomeSubreaper() -> Bool {
-        // Swift does not import the variadic `prctl`; it is called through its symbol with the four
-        // integer arguments it reads, which Linux's x86-64 and arm64 calling conventions pass in the
-        // same registers whether the callee is variadic or not.
+        let setChildSubreaper: Int32 = 36
+        return processControl(setChildSubreaper, 1)
+    }
+
+    /// Asks Linux to send this process `signal` when the thread that started it exits (its parent's
+    /// death, `PR_SET_PDEATHSIG`). `false` where the system does not allow it.
+    @discardableResult
+    public static func signalOnParentDeath(_ signal: Int32) -> Bool {
+        let setParentDeathSignal: Int32 = 1
+        return processControl(setParentDeathSignal, UInt(signal))
+    }
+
+    /// `prctl(option, argument)`. Swift does not import the variadic `prctl`; it is called through its
+    /// symbol with the four integer arguments it reads, which Linux's x86-64 and arm64 calling
+    /// conventions pass in the same registers whether the callee is variadic or not.
+    private static func processControl(_ option: Int32, _ argument: UInt) -> Bool {
         typealias Prctl = @convention(c) (Int32, UInt, UInt, UInt, UInt) -> Int32
         guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "prctl") else { return false }
-        let prctl = unsafeBitCast(symbol, to: Prctl.self)
-        let setChildSubreaper: Int32 = 36
-        return prctl(setChildSubreaper, 1, 0, 0, 0) == 0
+        return unsafeBitCast(symbol, to: Prctl.self)(option, argument, 0, 0, 0) == 0
     }
 
     /// Reaps this process's children that have exited and are not in `waited` (whose exits someone

@@ -37,12 +37,21 @@ public struct SystemShell: Shell {
     /// The most standard error kept per command (its end, where the reason for a failure usually is).
     public static var maximumErrors: Int { 4 * 1_024 }
 
-    /// Creates the shell.
-    public init() {}
+    /// The `loop-demo` executable that guards each command (see ``JobGuard``), or `nil` to start the
+    /// shell directly.
+    let guardExecutable: String?
+
+    /// Creates the shell. With `guardExecutable` (the demo's own executable), each command runs under a
+    /// ``JobGuard``, so it dies with the demo even when the demo is killed with SIGKILL.
+    public init(guardExecutable: String? = nil) {
+        self.guardExecutable = guardExecutable
+    }
 
     /// Runs `command`; see ``Shell/run(_:)``.
     public func run(_ command: String) async throws -> (status: Int32, output: String, errors: String) {
-        let child = try Child(command)
+        var words = ["/bin/sh", "-c", command]
+        if let guardExecutable { words = [guardExecutable, JobGuard.flag, "\(getpid())"] + words }
+        let child = try await Child.start(words)
         return try await withTaskCancellationHandler {
             let result = await child.result()
             try Task.checkCancellation()
@@ -55,26 +64,61 @@ public struct SystemShell: Shell {
 
 /// One spawned command.
 private final class Child: Sendable {
+    typealias Result = (status: Int32, output: String, errors: String)
+
     let pid: pid_t
     let output: Int32
     let errors: Int32
     /// The inodes of the command's two pipes: whatever holds them open belongs to the command.
     let pipes: Set<UInt64>
+    /// The command's result once its thread has it, or who waits for it.
+    private let outcome = Locked<Outcome>(.running)
+
+    private enum Outcome {
+        case running
+        case waiting(CheckedContinuation<Result, Never>)
+        case finished(Result)
+    }
 
     /// The commands running now, whose exits their own threads wait for: what may not be reaped
     /// anywhere else.
     static let running = Locked(Set<pid_t>())
 
-    init(_ command: String) throws {
-        (pid, output, errors) = try Self.running.withLock { running in
-            let spawned = try Self.spawn(command)
-            running.insert(spawned.0)
-            return spawned
-        }
+    private init(pid: pid_t, output: Int32, errors: Int32) {
+        self.pid = pid
+        self.output = output
+        self.errors = errors
         pipes = Set([output, errors].compactMap(ProcessTree.pipeInode))
     }
 
-    private static func spawn(_ command: String) throws -> (pid_t, Int32, Int32) {
+    /// Starts `words` on a thread of its own, which then reads the command's output and waits for its
+    /// exit. The same thread does both: a guard asks to be signalled when the thread that started it
+    /// ends, so that thread must outlive the command.
+    static func start(_ words: [String]) async throws -> Child {
+        try await withCheckedThrowingContinuation { (started: CheckedContinuation<Child, any Error>) in
+            let thread = OSThread(
+                {
+                    let child: Child
+                    do {
+                        child = try running.withLock { running in
+                            let (pid, output, errors) = try spawn(words)
+                            running.insert(pid)
+                            return Child(pid: pid, output: output, errors: errors)
+                        }
+                    } catch {
+                        started.resume(throwing: error)
+                        return
+                    }
+                    started.resume(returning: child)
+                    child.finish(child.waitForExit())
+                },
+                runHereIfUnavailable: true
+            )
+            thread.detach()
+        }
+    }
+
+    private static func spawn(_ words: [String]) throws -> (pid_t, Int32, Int32) {
         // No descriptor of the demo may reach a command: a command started later that inherited these
         // pipes would keep this command's output open (and the command "running") until it exited. The
         // pipes are close-on-exec, and every child closes all descriptors above 2 before it runs.
@@ -97,66 +141,64 @@ private final class Child: Sendable {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        // The calling thread may block or ignore signals (Swift's concurrency threads block most), and a
-        // child inherits both: start it with no signal blocked and the usual ones at their defaults.
-        var noSignals = sigset_t()
-        sigemptyset(&noSignals)
-        posix_spawnattr_setsigmask(&attributes, &noSignals)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for signal in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE] { sigaddset(&defaults, signal) }
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(
-            &attributes,
-            Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)
-        )
+        // The command runs in a process group of its own, which a timeout or a cancel kills.
+        SpawnSignals.reset(&attributes, flags: POSIX_SPAWN_SETPGROUP)
         posix_spawnattr_setpgroup(&attributes, 0)
-        let words: [String] = ["/bin/sh", "-c", command]
         var arguments: [UnsafeMutablePointer<CChar>?] = words.map { word in word.withCString { strdup($0) } }
         arguments.append(nil)
         defer { for argument in arguments { free(argument) } }
         var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, "/bin/sh", &actions, &attributes, arguments, environ)
+        let spawned = posix_spawn(&pid, words[0], &actions, &attributes, arguments, environ)
         close(pipeEnds[1])
         close(errorEnds[1])
         guard spawned == 0 else {
             close(pipeEnds[0])
             close(errorEnds[0])
-            throw ShellError(code: spawned, action: "start /bin/sh")
+            throw ShellError(code: spawned, action: "start \(words[0])")
         }
         return (pid, pipeEnds[0], errorEnds[0])
     }
 
-    /// Reads both outputs to their ends and waits for the exit, on a thread of its own.
-    func result() async -> (status: Int32, output: String, errors: String) {
+    /// The command's result, once it has exited.
+    func result() async -> Result {
         await withCheckedContinuation { continuation in
-            let thread = OSThread(
-                {
-                    let (output, errors) = self.readBoth()
-                    var status: Int32 = 0
-                    var waited: pid_t = -1
-                    repeat { waited = waitpid(self.pid, &status, 0) } while waited < 0 && errno == EINTR
-                    // Reaped elsewhere (it should not be: see `running`): say so rather than report success.
-                    let exit =
-                        waited < 0 ? 255 : (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
-                    // Now that this command is reaped, reap what earlier commands left behind; under the
-                    // lock that spawning takes, so a command started meanwhile is never reaped here.
-                    Self.running.withLock { running in
-                        running.remove(self.pid)
-                        ProcessTree.reapExited(except: running)
-                    }
-                    continuation.resume(
-                        returning: (
-                            exit,
-                            String(decoding: output, as: UTF8.self).trimmingWhitespace(),
-                            String(decoding: errors, as: UTF8.self).trimmingWhitespace()
-                        )
-                    )
-                },
-                runHereIfUnavailable: true
-            )
-            thread.detach()
+            let done = outcome.withLock { outcome -> Result? in
+                if case .finished(let result) = outcome { return result }
+                outcome = .waiting(continuation)
+                return nil
+            }
+            if let done { continuation.resume(returning: done) }
         }
+    }
+
+    private func finish(_ result: Result) {
+        let waiting = outcome.withLock { outcome -> CheckedContinuation<Result, Never>? in
+            defer { outcome = .finished(result) }
+            if case .waiting(let continuation) = outcome { return continuation }
+            return nil
+        }
+        waiting?.resume(returning: result)
+    }
+
+    /// Reads both outputs to their ends and waits for the exit (on the command's own thread).
+    private func waitForExit() -> Result {
+        let (output, errors) = readBoth()
+        var status: Int32 = 0
+        var waited: pid_t = -1
+        repeat { waited = waitpid(pid, &status, 0) } while waited < 0 && errno == EINTR
+        // Reaped elsewhere (it should not be: see `running`): say so rather than report success.
+        let exit = waited < 0 ? 255 : (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        // Now that this command is reaped, reap what earlier commands left behind; under the lock that
+        // spawning takes, so a command started meanwhile is never reaped here.
+        Self.running.withLock { running in
+            running.remove(pid)
+            ProcessTree.reapExited(except: running)
+        }
+        return (
+            exit,
+            String(decoding: output, as: UTF8.self).trimmingWhitespace(),
+            String(decoding: errors, as: UTF8.self).trimmingWhitespace()
+        )
     }
 
     /// Reads standard output (keeping its beginning) and standard error (keeping its end) until both
@@ -218,7 +260,7 @@ private let addCloseFrom: (@convention(c) (UnsafeMutablePointer<posix_spawn_file
 /// Adds actions closing every descriptor above 2 in the child: with `addclosefrom` where the C library
 /// has it, otherwise by listing the descriptors open now (one opened by another thread in between,
 /// without close-on-exec, could then still reach the child).
-private func closeAllAboveStandardStreams(_ actions: inout posix_spawn_file_actions_t) {
+func closeAllAboveStandardStreams(_ actions: inout posix_spawn_file_actions_t) {
     if let addCloseFrom, addCloseFrom(&actions, 3) == 0 { return }
     for name in FileSystem.entries(of: "/proc/self/fd") ?? [] {
         if let descriptor = Int32(name), descriptor > 2 { posix_spawn_file_actions_addclose(&actions, descriptor) }

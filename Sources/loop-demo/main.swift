@@ -17,6 +17,21 @@ for standard in Int32(0)...2 where fcntl(standard, F_GETFD) == -1 && errno == EB
     _ = open("/dev/null", O_RDWR)
 }
 
+// Each job runs under a guard: this same executable, started as `loop-demo --job-guard PID /bin/sh -c
+// COMMAND` (see JobGuard). It does nothing else.
+let commandLine = CommandLine.arguments
+if commandLine.count > 3, commandLine[1] == JobGuard.flag, let parent = Int32(commandLine[2]) {
+    JobGuard.run(parent: parent, command: Array(commandLine.dropFirst(3)))
+}
+
+/// This executable's path, for the job guards: `/proc/self/exe` resolved now, so `ps` shows it.
+let executable: String = {
+    var path = [CChar](repeating: 0, count: 4_096)
+    let length = readlink("/proc/self/exe", &path, path.count - 1)
+    guard length > 0 else { return "/proc/self/exe" }
+    return String(decoding: path.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}()
+
 // loop-demo: a job runner built from EffectLoop's modules. Every decision is the pure update in
 // LoopDemo/JobRunner+Update.swift; this file only wires services, sources and the loop together.
 
@@ -160,7 +175,11 @@ func replayStore(_ directory: String) async -> Int32 {
 
 func run(stdin: Bool, journalPath: String?, acks: Bool, storePath: String?) async -> Int32 {
     let console = Console.standardOutput()
-    let router = JobRunner.router(shell: SystemShell(), clock: ContinuousClock(), console: console)
+    let router = JobRunner.router(
+        shell: SystemShell(guardExecutable: executable),
+        clock: ContinuousClock(),
+        console: console
+    )
     let input: any EventSource<JobRunner.Event> =
         stdin
         ? LineSource(

@@ -290,6 +290,41 @@ import Testing
         #expect((took ?? 99) < 15, "took \(took ?? -1) s")
     }
 
+    /// SIGKILL leaves the demo no chance to act: each job's guard is told by Linux that the demo died
+    /// (`PR_SET_PDEATHSIG`) and kills the job and everything below it, even a process that left the
+    /// job's group and whose parent exited (`setsid -f`).
+    @Test func killMinus9OfTheDemoTakesItsJobsDownWithIt() async throws {
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let script = """
+            mkfifo '\(scratch)/in'
+            "$DEMO" --stdin < '\(scratch)/in' > '\(scratch)/out' 2>&1 &
+            pid=$!
+            exec 3> '\(scratch)/in'
+            printf '%s\\n' "run slow -- echo \\$\\$ > \(scratch)/slow; exec sleep 30" \\
+              "run esc -- setsid -f sh -c 'echo \\$\\$ > \(scratch)/esc; exec sleep 31'; sleep 30" >&3
+            for i in $(seq 1000); do [ -s '\(scratch)/slow' ] && [ -s '\(scratch)/esc' ] && break; sleep 0.01; done
+            kill -9 $pid
+            wait $pid
+            echo "killed=$?" >> '\(scratch)/out'
+            \(Demo.reportWhetherGone(pidFile: "\(scratch)/slow", into: "\(scratch)/out"))
+            \(Demo.reportWhetherGone(pidFile: "\(scratch)/esc", into: "\(scratch)/out"))
+            exec 3>&-
+            cat '\(scratch)/out'
+            """
+        let (_, output) = try await Demo.sh(script)
+        #expect(output.contains("killed=137"), "\(output)")
+        #expect(output.components(separatedBy: "job gone").count == 3, "\(output)")
+    }
+
+    /// The guard is told when the demo's thread that started it ends, so that thread is the one that
+    /// waits for the job: a job outlives any idle thread of the concurrency pool.
+    @Test func aLongJobIsNotKilledByItsGuardWhileTheDemoLives() async throws {
+        let (status, output) = try await Demo.sh("printf 'run long -- sleep 7\\n' | \"$DEMO\" --stdin")
+        #expect(status == 0, "\(output)")
+        #expect(output.contains("long succeeded"), "\(output)")
+    }
+
     /// The demo is the subreaper of its jobs, so what they leave behind becomes its child when it
     /// exits; those children are reaped, not left as zombies for the demo's whole life.
     @Test func processesJobsLeftBehindAreReapedWhenTheyExit() async throws {
