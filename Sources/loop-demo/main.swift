@@ -51,7 +51,8 @@ let usage = """
       replay FILE      replay a journal through the pure logic, check its digests, print the final state
       replay --store DIR
                        replay a store's events through the pure logic, check them against its
-                       snapshot, print the final state
+                       snapshot, print the final state (it recovers the store as a restart would:
+                       an unfinished last write is cut)
     SIGINT, SIGTERM or SIGHUP shuts down gracefully: running jobs get 2 seconds, then are killed.
     A second one stops at once: running jobs are killed, and the summary is still printed.
     A failed job is retried with a backoff doubling from 100 ms, at most 60 s between attempts.
@@ -61,6 +62,7 @@ let usage = """
       1   some job failed or was cancelled
       64  usage error
       65  a journal or store that does not replay
+      66  replay --store: no store in the directory
       70  an internal error
       73  the journal file or store cannot be created (or another process holds the store)
       74  the store failed while running (disk full, I/O error); what was recorded is kept
@@ -155,6 +157,11 @@ func replay(_ path: String) -> Int32 {
 /// Replays the store in `directory` from its first event, checks the fold against the latest snapshot,
 /// and prints the final state. One page of events in memory at a time.
 func replayStore(_ directory: String) async -> Int32 {
+    // Opening a store creates one where there is none: a replay must find one there instead.
+    guard (FileSystem.entries(of: directory) ?? []).contains(where: { $0.hasPrefix("segment-") }) else {
+        printError("loop-demo: no store in \(directory)")
+        return 66
+    }
     let store: FileEventStore
     switch openStore(directory) {
     case .success(let opened): store = opened

@@ -31,7 +31,7 @@ import Testing
         )
         for status in [
             "0   every job succeeded", "1   some job failed", "64  usage", "65  a journal", "70  an internal",
-            "73  the journal file", "74  the store failed",
+            "73  the journal file", "74  the store failed", "66  replay --store",
         ] {
             #expect(help.output.contains(status), "help lacks exit status '\(status)'")
         }
@@ -77,6 +77,15 @@ import Testing
         let replay = try await Demo.sh("\"$DEMO\" replay --store '\(scratch)/store'")
         #expect(replay.status == 0)
         #expect(replay.output.contains("a     succeeded") && replay.output.contains("replayed "), "\(replay.output)")
+    }
+
+    @Test func replayingADirectoryWithNoStoreIsAnErrorAndCreatesNothing() async throws {
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let result = try await Demo.sh("\"$DEMO\" replay --store '\(scratch)/none'")
+        #expect(result.status == 66, "\(result.output)")
+        #expect(result.output.contains("no store in \(scratch)/none"))
+        #expect(!FileManager.default.fileExists(atPath: "\(scratch)/none"))
     }
 
     @Test func aDamagedStoreIsRefusedNamingTheFileAndOffset() async throws {

@@ -91,6 +91,81 @@ import Testing
         }
     }
 
+    class Base: Codable {
+        var id: Int
+        init(id: Int) { self.id = id }
+    }
+
+    final class Derived: Base, @unchecked Sendable {
+        var extra: String
+        enum CodingKeys: String, CodingKey { case extra }
+
+        init(id: Int, extra: String) {
+            self.extra = extra
+            super.init(id: id)
+        }
+
+        required init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            extra = try container.decode(String.self, forKey: .extra)
+            try super.init(from: container.superDecoder())
+        }
+
+        override func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(extra, forKey: .extra)
+            try super.encode(to: container.superEncoder())
+        }
+    }
+
+    /// A subclass encodes its superclass's part under the codec's own "super" key, which the class's
+    /// coding keys need not have.
+    @Test func aSubclassRoundTripsThroughItsSuperEncoder() throws {
+        let codec = BinaryCodec<Derived>()
+        let back = try codec.decode(codec.encode(Derived(id: 7, extra: "x")))
+        #expect(back.id == 7 && back.extra == "x")
+    }
+
+    /// A dictionary decodes by asking for each of its keys: a large one is indexed once, not scanned per
+    /// key (20,000 keys took minutes when scanned).
+    @Test func aLargeDictionaryDecodes() throws {
+        let dictionary = Dictionary(uniqueKeysWithValues: (0..<20_000).map { ("key-\($0)", $0) })
+        let codec = BinaryCodec<[String: Int]>()
+        #expect(try codec.decode(codec.encode(dictionary)) == dictionary)
+    }
+
+    indirect enum Tree: Codable, Equatable {
+        case leaf
+        case node(Tree)
+    }
+
+    /// Nesting deeper than the codec's limit fails with an error, encoding and decoding, rather than
+    /// exhausting the stack (bytes from a damaged or crafted store can nest as deep as they like).
+    @Test func nestingPastTheLimitIsAnError() throws {
+        var tree = Tree.leaf
+        for _ in 0..<600 { tree = .node(tree) }
+        #expect(throws: CodecError.self) { try BinaryCodec<Tree>().encode(tree) }
+        // 5,000 levels of {"node": {"_0": ...}}, built from the inside out.
+        var bytes = try BinaryCodec<Tree>().encode(.leaf)
+        func keyed(_ key: String, _ value: [UInt8]) -> [UInt8] {
+            var body: [UInt8] = [1, UInt8(key.utf8.count)] + Array(key.utf8) + value
+            var length: [UInt8] = []
+            var count = UInt64(body.count)
+            while count >= 0x80 {
+                length.append(UInt8(truncatingIfNeeded: count) | 0x80)
+                count >>= 7
+            }
+            length.append(UInt8(count))
+            body = [8] + length + body
+            return body
+        }
+        for _ in 0..<5_000 { bytes = keyed("node", keyed("_0", bytes)) }
+        #expect(throws: CodecError.self) { try BinaryCodec<Tree>().decode(bytes) }
+        var shallow = Tree.leaf
+        for _ in 0..<100 { shallow = .node(shallow) }
+        #expect(try BinaryCodec<Tree>().decode(BinaryCodec<Tree>().encode(shallow)) == shallow)
+    }
+
     /// Bytes from a damaged file or an attacker: every cut and every flipped byte of a valid encoding,
     /// and random bytes, give an error or a value, never a crash.
     @Test func damagedBytesNeverCrash() throws {

@@ -84,7 +84,7 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
 
     func running(_ state: Ledger.State = .init(), version: UInt64 = 0) -> Durable {
         var durable = Durable(stream: "ledger", initial: .init())
-        _ = update(&durable, .recovered(state, version: version))
+        _ = update(&durable, .recovered(state, version: version, snapshot: 0))
         return durable
     }
 
@@ -95,7 +95,7 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
         #expect(update(&durable, .event(.add(5), ticket: 1)).isEmpty)
         #expect(durable.held.count == 1)
         let recovered = Ledger.State(total: 2, charged: [], uncharged: [2])
-        let effects = update(&durable, .recovered(recovered, version: 7))
+        let effects = update(&durable, .recovered(recovered, version: 7, snapshot: 7))
         #expect(
             effects == [
                 .effect(.charge(2)),
@@ -235,6 +235,68 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
         await #expect(throws: DurableLoopError.rejected(.failed)) { try await loop.sendDurably(.add(1)) }
     }
 
+    /// Senders waiting on a loop stopped before it ran are told, never left waiting.
+    @Test func stoppingBeforeRunningAnswersWaitingSenders() async throws {
+        let store = InMemoryEventStore()
+        let loop = DurableLoop(
+            stream: "ledger",
+            program: Ledger.program,
+            effects: Card(store: store).router,
+            store: store
+        )
+        let waiter = Task { try await loop.sendDurably(.add(1)) }
+        await eventually("the event queued") { loop.core.report.eventsSent >= 1 }
+        loop.stop()
+        await #expect(throws: DurableLoopError.ended) { try await waiter.value }
+    }
+
+    /// Events since the last snapshot count across restarts, so a loop that never lives for
+    /// `snapshotEvery` events still gets snapshots.
+    @Test func snapshotsCountEventsAcrossRestarts() async throws {
+        let store = InMemoryEventStore()
+        let quiet = EffectRouter<Ledger.Effect, Ledger.Event>()
+            .route(
+                { if case .charge(let amount) = $0 { amount } else { nil } },
+                to: ClosureSyncEffectHandler { _, _ in }
+            )
+        for round in 0..<4 {
+            let loop = DurableLoop(
+                stream: "ledger",
+                program: Ledger.program,
+                effects: quiet,
+                store: store,
+                snapshotEvery: 4
+            )
+            let running = Task { try await loop.run() }
+            for amount in 1...3 { _ = try await loop.sendDurably(.add(round * 10 + amount)) }
+            loop.stop()
+            _ = try await running.value
+        }
+        #expect(try await store.version(of: "ledger") == 12)
+        let snapshot = try await store.latestSnapshot(of: "ledger")
+        #expect((snapshot?.version ?? 0) >= 8)
+    }
+
+    /// A snapshot that cannot be saved does not stop the loop: its events are durable.
+    @Test func aFailedSnapshotIsReportedAndTheLoopGoesOn() async throws {
+        let store = CountingStore()
+        store.failSaves.withLock { $0 = true }
+        let loop = DurableLoop(
+            stream: "ledger",
+            program: Ledger.program,
+            effects: Card(store: store).router,
+            store: store,
+            snapshotEvery: 1
+        )
+        let running = Task { try await loop.run() }
+        for amount in 1...3 { #expect(try await loop.sendDurably(.add(amount)) >= UInt64(amount)) }
+        await eventually("a failed snapshot reported") { loop.core.state.lastSnapshotFailure != nil }
+        #expect(loop.core.state.lastSnapshotFailure?.contains("cannot save the snapshot") == true)
+        #expect(loop.core.state.phase == .running)
+        loop.stop()
+        _ = try await running.value
+    }
+
     /// An event on disk that no longer decodes (the program's events changed) stops that loop with an
     /// error naming the stream and version.
     @Test func anEventThatNoLongerDecodesIsNamed() async throws {
@@ -297,6 +359,7 @@ final class CountingStore: EventStore {
     let inner = InMemoryEventStore()
     let eventsRead = Locked(0)
     let failAppends = Locked(false)
+    let failSaves = Locked(false)
 
     func append(_ payloads: [[UInt8]], to stream: String, expecting expectedVersion: UInt64) async throws -> UInt64 {
         if failAppends.withLock({ $0 }) {
@@ -312,6 +375,10 @@ final class CountingStore: EventStore {
     }
 
     func version(of stream: String) async throws -> UInt64 { try await inner.version(of: stream) }
-    func save(_ snapshot: Snapshot) async throws { try await inner.save(snapshot) }
+    func save(_ snapshot: Snapshot) async throws {
+        if failSaves.withLock({ $0 }) { throw EventStoreError(.io(code: 28, action: "save"), stream: snapshot.stream) }
+        try await inner.save(snapshot)
+    }
+
     func latestSnapshot(of stream: String) async throws -> Snapshot? { try await inner.latestSnapshot(of: stream) }
 }

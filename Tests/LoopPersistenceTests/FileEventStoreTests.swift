@@ -178,7 +178,8 @@ import Glibc
         // Version 2 of a stream with no version 1: well framed, but not a history this store wrote.
         let record: [UInt8] =
             [1] + le(UInt32(1)) + Array("s".utf8) + le(UInt64(2)) + le(UInt64.max) + le(UInt32(1)) + le(UInt32(1)) + [7]
-        try directory.appendBytes(RecordFrame.encode(record), to: "segment-00000000.log")
+        let commit: [UInt8] = [3] + le(UInt64(0))
+        try directory.appendBytes(RecordFrame.encode(record) + RecordFrame.encode(commit), to: "segment-00000000.log")
         #expect(
             throws: EventStoreError(
                 .corrupted(
@@ -187,6 +188,55 @@ import Glibc
                 )
             )
         ) { try FileEventStore(directory: directory.path) }
+    }
+
+    /// A crash during a group commit can leave any part of the unsynced batch on disk: a zero-filled
+    /// record followed by an intact one, with no commit after them, is an unfinished write, cut.
+    @Test func aZeroedRecordInsideTheLastBatchIsATornTail() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try FileEventStore(directory: directory.path)
+        _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
+        await store.close()
+        let good = try directory.size(of: "segment-00000000.log")
+        func record(_ stream: String, _ byte: UInt8) -> [UInt8] {
+            RecordFrame.encode(
+                [1] + le(UInt32(1)) + Array(stream.utf8) + le(UInt64(1)) + le(UInt64.max) + le(UInt32(1))
+                    + le(UInt32(1)) + [byte]
+            )
+        }
+        let first = record("a", 7)
+        try directory.appendBytes(
+            [UInt8](repeating: 0, count: first.count) + record("b", 8),
+            to: "segment-00000000.log"
+        )
+        let reopened = try FileEventStore(directory: directory.path)
+        #expect(reopened.recovery.truncated?.offset == good)
+        #expect(try await reopened.version(of: "b") == 0)
+        #expect(try await reopened.version(of: "s") == 1)
+        await reopened.close()
+    }
+
+    /// A version conflict stands even when the write of its batch fails; only what would have been
+    /// written gets the write's error.
+    @Test func aConflictInABatchWhoseWriteFailsIsStillAConflict() async throws {
+        let directory = try TemporaryDirectory()
+        let io = FaultyIO()
+        io.counts.withLock { $0.holdFirstWrite = true }
+        let store = try FileEventStore(directory: directory.path, io: io)
+        let held = Task { try await store.append([[1]], to: "s", expecting: 0) }
+        await eventually("the first write is under way") { io.counts.withLock { $0.writes } == 1 }
+        io.counts.withLock { $0.failWrite = (afterBytes: 3, code: ENOSPC) }
+        let other = Task { try await store.append([[2]], to: "t", expecting: 0) }
+        let stale = Task { try await store.append([[3]], to: "s", expecting: 0) }
+        await eventually("both queued behind it") { store.queuedOperations == 2 }
+        io.release()
+        #expect(try await held.value == 1)
+        await #expect(throws: EventStoreError(.versionConflict(expected: 0, actual: 1), stream: "s")) {
+            try await stale.value
+        }
+        let write = "write to \(directory.path)/segment-00000000.log"
+        await #expect(throws: EventStoreError(.io(code: ENOSPC, action: write), stream: "t")) { try await other.value }
+        await store.close()
     }
 
     @Test func logFilesRollAndAMissingOneIsNamed() async throws {
@@ -366,6 +416,9 @@ func le(_ value: some FixedWidthInteger) -> [UInt8] {
 final class FaultyIO: StoreIO {
     struct Counts {
         var syncs = 0
+        var writes = 0
+        /// Holds the first write until `release()`.
+        var holdFirstWrite = false
         /// Writes this many bytes, then fails with this code.
         var failWrite: (afterBytes: Int, code: Int32)?
         var failSync: Int32?
@@ -373,14 +426,21 @@ final class FaultyIO: StoreIO {
 
     let counts = Locked(Counts())
     let system = SystemIO()
+    let gate = DispatchSemaphore(value: 0)
+
+    func release() {
+        gate.signal()
+    }
 
     func write(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int) -> Int {
-        guard
-            let failure = counts.withLock({ counts in
-                defer { counts.failWrite = nil }
-                return counts.failWrite
-            })
-        else { return system.write(descriptor, bytes, at: offset) }
+        let (hold, failure) = counts.withLock { counts -> (Bool, (afterBytes: Int, code: Int32)?) in
+            counts.writes += 1
+            if counts.holdFirstWrite && counts.writes == 1 { return (true, nil) }
+            defer { counts.failWrite = nil }
+            return (false, counts.failWrite)
+        }
+        if hold { gate.wait() }
+        guard let failure else { return system.write(descriptor, bytes, at: offset) }
         _ = system.write(descriptor, UnsafeRawBufferPointer(rebasing: bytes.prefix(failure.afterBytes)), at: offset)
         return -Int(failure.code)
     }

@@ -2,6 +2,18 @@
 /// (key bytes and where each value starts) and finds fields by comparing UTF-8, with no tree and no
 /// string made per lookup. Every read is bounds-checked and fails with a `DecodingError`.
 enum BinaryDecoding {
+    /// The deepest nesting decoded: deeper bytes (damaged, or crafted) fail instead of exhausting the
+    /// stack.
+    static let maximumDepth = 512
+
+    static func checkDepth(_ path: [any CodingKey]) throws {
+        guard path.count <= maximumDepth else {
+            throw DecodingError.dataCorrupted(
+                .init(codingPath: Array(path.prefix(8)), debugDescription: "nesting deeper than \(maximumDepth) levels")
+            )
+        }
+    }
+
     /// Reads the form at a position.
     struct Reader {
         let bytes: [UInt8]
@@ -72,11 +84,13 @@ enum BinaryDecoding {
         }
 
         func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
-            KeyedDecodingContainer(try KeyedContainer<Key>(bytes: bytes, offset: offset, path: codingPath))
+            try checkDepth(codingPath)
+            return KeyedDecodingContainer(try KeyedContainer<Key>(bytes: bytes, offset: offset, path: codingPath))
         }
 
         func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
-            try UnkeyedContainer(bytes: bytes, offset: offset, path: codingPath)
+            try checkDepth(codingPath)
+            return try UnkeyedContainer(bytes: bytes, offset: offset, path: codingPath)
         }
 
         func singleValueContainer() throws -> any SingleValueDecodingContainer {
@@ -157,6 +171,7 @@ enum BinaryDecoding {
             if T.self == String.self, let value = try string() as? T { return value }
             if T.self == Int.self, let value = try integer(Int.self) as? T { return value }
             if T.self == Bool.self, let value = try bool() as? T { return value }
+            try checkDepth(path)
             return try T(from: Decoder(bytes: bytes, offset: offset, path: path))
         }
     }
@@ -166,6 +181,12 @@ enum BinaryDecoding {
         let codingPath: [any CodingKey]
         /// Each entry's key (start and length of its UTF-8) and where its value starts.
         let entries: [(key: Range<Int>, value: Int)]
+        /// Where each key's value starts, for a container large enough that scanning for every key
+        /// would cost time quadratic in its size (a dictionary decodes by asking for each of its keys).
+        let index: [String: Int]?
+
+        /// Containers up to this many entries are scanned; larger ones are indexed once.
+        static var scanLimit: Int { 16 }
 
         init(bytes: [UInt8], offset: Int, path: [any CodingKey]) throws {
             self.bytes = bytes
@@ -193,6 +214,18 @@ enum BinaryDecoding {
                 throw reader.damaged("a container's length does not match its entries")
             }
             self.entries = entries
+            if entries.count > Self.scanLimit {
+                var index: [String: Int] = [:]
+                index.reserveCapacity(entries.count)
+                for entry in entries {
+                    // The first of repeated keys wins, as a scan would find it.
+                    let name = String(decoding: bytes[entry.key], as: UTF8.self)
+                    if index[name] == nil { index[name] = entry.value }
+                }
+                self.index = index
+            } else {
+                self.index = nil
+            }
         }
 
         var allKeys: [Key] {
@@ -205,7 +238,12 @@ enum BinaryDecoding {
         }
 
         func find(_ key: Key) -> Int? {
-            var name = key.stringValue
+            if let index { return index[key.stringValue] }
+            return find(name: key.stringValue)
+        }
+
+        func find(name: String) -> Int? {
+            var name = name
             return name.withUTF8 { utf8 in
                 entries.first { entry in
                     entry.key.count == utf8.count && bytes[entry.key].elementsEqual(utf8)
@@ -257,10 +295,14 @@ enum BinaryDecoding {
         }
 
         func superDecoder() throws -> any Swift.Decoder {
-            guard let key = Key(stringValue: "super") else {
-                throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "no 'super' key"))
+            // "super" is the encoder's own key: the type's coding keys need not have it.
+            guard let offset = find(name: "super") else {
+                throw DecodingError.keyNotFound(
+                    SuperKey(),
+                    .init(codingPath: codingPath, debugDescription: "no value for 'super'")
+                )
             }
-            return try superDecoder(forKey: key)
+            return Decoder(bytes: bytes, offset: offset, path: codingPath + [SuperKey()])
         }
 
         func superDecoder(forKey key: Key) throws -> any Swift.Decoder {

@@ -114,6 +114,10 @@ enum BinaryEncoding {
             SingleContainer(slot: slot, codingPath: codingPath)
         }
 
+        /// The deepest nesting encoded: a deeper value fails rather than exhausting the stack (and the
+        /// decoder refuses what is deeper than its own limit, the same).
+        static var maximumDepth: Int { BinaryDecoding.maximumDepth }
+
         /// The node of `value`: primitives directly, anything else through its `encode(to:)`.
         static func node<T: Encodable>(of value: T, at path: [any CodingKey]) throws -> Node {
             switch value {
@@ -124,6 +128,15 @@ enum BinaryEncoding {
             case let value as UInt64: return .unsigned(value)
             case let value as Int64: return .signed(value)
             default:
+                guard path.count <= maximumDepth else {
+                    throw EncodingError.invalidValue(
+                        value,
+                        .init(
+                            codingPath: Array(path.prefix(8)),
+                            debugDescription: "nesting deeper than \(maximumDepth) levels"
+                        )
+                    )
+                }
                 let encoder = Encoder(path: path)
                 try value.encode(to: encoder)
                 return encoder.slot.node
@@ -178,17 +191,17 @@ enum BinaryEncoding {
         }
 
         mutating func superEncoder() -> any Swift.Encoder {
-            superEncoder(named: "super")
+            superEncoder(SuperKey())
         }
 
         mutating func superEncoder(forKey key: Key) -> any Swift.Encoder {
-            superEncoder(named: key.stringValue)
+            superEncoder(key)
         }
 
-        private func superEncoder(named name: String) -> any Swift.Encoder {
+        private func superEncoder(_ key: any CodingKey) -> any Swift.Encoder {
             let slot = Slot()
-            keyed.entries.append((name, .slot(slot)))
-            return Encoder(path: codingPath, slot: slot)
+            keyed.entries.append((key.stringValue, .slot(slot)))
+            return Encoder(path: codingPath + [key], slot: slot)
         }
     }
 
@@ -267,6 +280,18 @@ enum BinaryEncoding {
             slot.node = try Encoder.node(of: value, at: codingPath)
         }
     }
+}
+
+/// The key the binary form keeps a superclass's part under.
+struct SuperKey: CodingKey {
+    var stringValue: String { "super" }
+    var intValue: Int? { nil }
+
+    init() {}
+    init?(stringValue: String) {
+        guard stringValue == "super" else { return nil }
+    }
+    init?(intValue: Int) { nil }
 }
 
 /// The key of an element of an unkeyed container, for coding paths.

@@ -27,6 +27,8 @@ public import Synchronization
 /// - **Recovery.** ``run()`` first reads the stream back; events sent meanwhile wait. Effects of replayed
 ///   events are not performed again; the program's ``DurableProgram/resume`` says what work to resume.
 /// - **Snapshots** every `snapshotEvery` events, so recovery reads only what happened since.
+/// - **Inbox.** Unbounded: the store's replies go through the same inbox as events, and must always get
+///   in. Apply backpressure with ``sendDurably(_:)``, which returns once the event is on disk.
 /// - **Failure.** If the store fails (or an event on disk no longer decodes), the loop stops: it
 ///   performs no effect of an unrecorded event, refuses what is sent afterwards, and ``run()`` throws
 ///   ``DurableLoopError/storeFailed(_:)`` naming the stream and version.
@@ -52,7 +54,6 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     ///   - states: how snapshots of the state are encoded.
     ///   - snapshotEvery: save a snapshot after this many events (`nil`: never).
     ///   - sources: event sources, run while the loop runs; their events are recorded like any other.
-    ///   - inbox: how many events may wait, and what happens beyond.
     ///   - failureGrace: how long effects of recorded events may finish after the store fails.
     ///   - clock: the clock timeouts and grace periods are measured on.
     @inlinable
@@ -65,7 +66,6 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         states: some EventCodec<State>,
         snapshotEvery: UInt64? = 1_000,
         sources: [any EventSource<Event>] = [],
-        inbox: InboxPolicy = .unbounded,
         failureGrace: Duration = .seconds(5),
         clock: any Clock<Duration> = ContinuousClock()
     ) {
@@ -92,7 +92,6 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
             sources: sources.map { source in
                 ClosureEventSource { send in try await source.run(send: send.map { .event($0, ticket: nil) }) }
             },
-            inbox: inbox,
             clock: clock
         )
     }
@@ -159,6 +158,8 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     /// and effects of recorded events get the grace period.
     public func stop(gracePeriod: Duration = .seconds(30)) {
         core.stop(gracePeriod: gracePeriod)
+        // Stopped before it ran: its queued events are dropped, so nobody may wait for them.
+        if !core.isRunning { tickets.refuseAll(with: DurableLoopError.ended) }
     }
 
     /// Waits until ``run()`` has started; see ``LoopRuntime/Loop/waitUntilRunning()``.
@@ -177,7 +178,6 @@ extension DurableLoop where Event: Codable, State: Codable {
         store: any EventStore,
         snapshotEvery: UInt64? = 1_000,
         sources: [any EventSource<Event>] = [],
-        inbox: InboxPolicy = .unbounded,
         failureGrace: Duration = .seconds(5),
         clock: any Clock<Duration> = ContinuousClock()
     ) {
@@ -190,7 +190,6 @@ extension DurableLoop where Event: Codable, State: Codable {
             states: BinaryCodec<State>(),
             snapshotEvery: snapshotEvery,
             sources: sources,
-            inbox: inbox,
             failureGrace: failureGrace,
             clock: clock
         )

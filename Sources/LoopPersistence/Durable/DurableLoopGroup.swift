@@ -23,7 +23,8 @@ public import Synchronization
 /// longer decodes) stops that entity only, which then refuses events (``LoopCore/Rejection/failed``)
 /// while the others go on. Passivation releases an entity only when it is quiet (nothing on its way
 /// to the store, no effect under way, nothing queued), checked in one step with its removal, so a
-/// passivated entity loses nothing; its next event recovers it.
+/// passivated entity loses nothing; its next event recovers it. Each entity's inbox is unbounded (the
+/// store's replies must always get in); apply backpressure with ``sendDurably(_:to:)``.
 public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Sendable, Effect: Sendable>:
     Sendable
 {
@@ -71,7 +72,6 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     ///   - states: how snapshots are encoded.
     ///   - snapshotEvery: save an entity's snapshot after this many of its events (`nil`: never).
     ///   - passivation: when to release idle entities.
-    ///   - inbox: each entity's inbox.
     ///   - failureGrace: how long effects of recorded events may finish after an entity's store fails.
     ///   - clock: the clock timeouts, grace periods and idleness are measured on.
     @inlinable
@@ -84,7 +84,6 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         states: some EventCodec<State>,
         snapshotEvery: UInt64? = 1_000,
         passivation: Passivation = .never,
-        inbox: InboxPolicy = .unbounded,
         failureGrace: Duration = .seconds(5),
         clock: any Clock<Duration> = ContinuousClock()
     ) {
@@ -126,7 +125,6 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
                 recovered: recovered.count,
                 failed: failures.record
             ),
-            inbox: inbox,
             clock: clock
         )
     }
@@ -231,6 +229,8 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     /// Stops the group gracefully (see ``LoopRuntime/LoopGroup/stop(gracePeriod:)``).
     public func stop(gracePeriod: Duration = .seconds(30)) {
         core.stop(gracePeriod: gracePeriod)
+        // Stopped before it ran: its queued events are dropped, so nobody may wait for them.
+        if !core.isRunning { tickets.refuseAll(with: DurableLoopError.ended) }
     }
 
     /// Waits until ``run()`` has started.
@@ -365,7 +365,6 @@ extension DurableLoopGroup where Event: Codable, State: Codable {
         store: any EventStore,
         snapshotEvery: UInt64? = 1_000,
         passivation: Passivation = .never,
-        inbox: InboxPolicy = .unbounded,
         failureGrace: Duration = .seconds(5),
         clock: any Clock<Duration> = ContinuousClock()
     ) {
@@ -378,7 +377,6 @@ extension DurableLoopGroup where Event: Codable, State: Codable {
             states: BinaryCodec<State>(),
             snapshotEvery: snapshotEvery,
             passivation: passivation,
-            inbox: inbox,
             failureGrace: failureGrace,
             clock: clock
         )

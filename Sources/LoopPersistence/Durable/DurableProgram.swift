@@ -40,12 +40,16 @@ public enum DurableInput<State, Event> {
     /// An event of the program, from a sender or an effect handler; `ticket` identifies a sender waiting
     /// for it to be durable.
     case event(Event, ticket: UInt64?)
-    /// The stream was read back: the state after its last event, and that event's version.
-    case recovered(State, version: UInt64)
+    /// The stream was read back: the state after its last event, that event's version, and the
+    /// version of the snapshot it started from (0 for none).
+    case recovered(State, version: UInt64, snapshot: UInt64)
     /// The events up to `version` are durable.
     case recorded(upTo: UInt64)
     /// The store failed (or the stream could not be read back): why, in words naming the stream.
     case failed(String)
+    /// A snapshot could not be saved. Its events are durable, so the loop goes on; the next snapshot
+    /// is tried after another `snapshotEvery` events.
+    case snapshotFailed(String)
 }
 
 /// What a durable loop asks its runtime to do: the program's effects, once their event is durable, and
@@ -131,6 +135,8 @@ public struct DurableState<State, Event, Effect> {
     public var held: [(event: Event, ticket: UInt64?)] = []
     /// Events recorded since the last snapshot.
     public var sinceSnapshot: UInt64 = 0
+    /// Why the last snapshot could not be saved, if one could not.
+    public var lastSnapshotFailure: String?
 
     /// Whether nothing is on its way to the store: the loop may be passivated (and recovered later)
     /// without losing or repeating anything.
@@ -173,12 +179,14 @@ extension DurableProgram {
                     durable.apply(event, ticket: ticket, update: update)
                     return durable.handOver(snapshotEvery: snapshotEvery)
                 }
-            case .recovered(let state, let version):
+            case .recovered(let state, let version, let snapshot):
                 guard durable.phase == .recovering else { return [] }
                 durable.phase = .running
                 durable.state = state
                 durable.version = version
                 durable.recorded = version
+                // Events since the snapshot count toward the next one, across restarts and passivation.
+                durable.sinceSnapshot = version - min(snapshot, version)
                 var effects = resume(state).map { DurableEffect<State, Event, Effect>.effect($0) }
                 let held = durable.held
                 durable.held = []
@@ -201,6 +209,9 @@ extension DurableProgram {
                 durable.pending.removeFirst(released.count)
                 if !acknowledgements.isEmpty { effects.append(.acknowledge(acknowledgements)) }
                 return effects + durable.handOver(snapshotEvery: snapshotEvery)
+            case .snapshotFailed(let reason):
+                durable.lastSnapshotFailure = reason
+                return []
             case .failed(let reason):
                 if case .failed = durable.phase { return [] }
                 durable.phase = .failed(reason)

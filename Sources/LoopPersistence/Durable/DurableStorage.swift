@@ -33,6 +33,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
     func recover(_ stream: String) async -> DurableInput<State, Event> {
         var state = initial
         var version: UInt64 = 0
+        var snapshotVersion: UInt64 = 0
         do {
             if let snapshot = try await store.latestSnapshot(of: stream) {
                 do {
@@ -43,6 +44,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                     )
                 }
                 version = snapshot.version
+                snapshotVersion = snapshot.version
             }
             for try await stored in store.events(of: stream, after: version) {
                 let event: Event
@@ -59,7 +61,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         } catch {
             return .failed("cannot recover stream '\(stream)': \(error)")
         }
-        return .recovered(state, version: version)
+        return .recovered(state, version: version, snapshot: snapshotVersion)
     }
 
     /// Appends the events, then saves the snapshot if one came with them.
@@ -87,9 +89,10 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             try await store.save(Snapshot(stream: stream, version: version, payload: try states.encode(snapshot)))
             return [.recorded(upTo: version)]
         } catch {
+            // The events are durable: the loop goes on, and tries again after the next interval.
             return [
                 .recorded(upTo: version),
-                .failed("stream '\(stream)': cannot save the snapshot at version \(version): \(error)"),
+                .snapshotFailed("stream '\(stream)': cannot save the snapshot at version \(version): \(error)"),
             ]
         }
     }

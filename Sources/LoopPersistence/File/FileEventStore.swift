@@ -102,6 +102,11 @@ public final class FileEventStore: EventStore {
         shared.withLock { $0.statistics }
     }
 
+    /// How many appends and saves wait for the writer now. For tests, which wait for a batch to form.
+    package var queuedOperations: Int {
+        shared.withLock { $0.queued.count }
+    }
+
     /// What opening the store found: the files read, the streams and events, and a torn tail it cut.
     public let recovery: Recovery
 
@@ -372,13 +377,21 @@ public final class FileEventStore: EventStore {
 
     private func flush(_ batch: inout Batch) {
         for queued in batch.queued { batch.results.append(encode(queued.operation, into: &batch)) }
+        if !batch.bytes.isEmpty {
+            batch.bytes += RecordFrame.encode(LogRecord.commit(start: UInt64(batch.size)).encode())
+        }
         if !batch.bytes.isEmpty, let failure = write(batch) {
             let cause = failure.error
             shared.withLock { shared in
                 if failure.breaks { shared.broken = Self.broken(by: cause, in: directory) }
             }
-            for queued in batch.queued {
-                queued.continuation.resume(throwing: EventStoreError(cause.kind, stream: queued.operation.stream))
+            for (queued, result) in zip(batch.queued, batch.results) {
+                // A refusal (a version conflict, say) stands; what would have been written fails.
+                if case .failure(let refusal) = result {
+                    queued.continuation.resume(throwing: refusal)
+                } else {
+                    queued.continuation.resume(throwing: EventStoreError(cause.kind, stream: queued.operation.stream))
+                }
             }
             return
         }
@@ -458,7 +471,8 @@ public final class FileEventStore: EventStore {
         guard let failure else { return nil }
         let error = EventStoreError(.io(code: failure.code, action: failure.action))
         // Cut back to the last good record, so no half record stays before the next good one.
-        let cut = io.truncate(batch.descriptor, to: batch.size)
+        var cut = io.truncate(batch.descriptor, to: batch.size)
+        if cut == 0 { cut = io.sync(batch.descriptor) }
         // After a failed fdatasync the kernel may have dropped the written pages: what the file holds is
         // unknown, so the store stops writing until it is opened (and its log read) again.
         return (error, cut != 0 || failure.action.hasPrefix("sync"))
@@ -606,7 +620,9 @@ public final class FileEventStore: EventStore {
         return opened
     }
 
-    /// Indexes the records of one log file; returns the length of its good part.
+    /// Indexes the records of one log file; returns the length of its good part: up to the end of its
+    /// last group commit. Records after that commit were never acknowledged (their write was cut short),
+    /// and are cut. Damage with a commit after it is corruption: something acknowledged would be lost.
     private static func scan(
         _ bytes: [UInt8],
         segment: Int,
@@ -615,56 +631,98 @@ public final class FileEventStore: EventStore {
         into opened: inout Opened
     ) throws(EventStoreError) -> Int {
         var offset = 0
-        func damaged(_ reason: String) -> EventStoreError {
-            EventStoreError(.corrupted(location: "\(path) at offset \(offset)", reason: reason))
+        var committed = 0
+        var pending: [(record: LogRecord, offset: Int)] = []
+        func damaged(_ reason: String, at position: Int) -> EventStoreError {
+            EventStoreError(.corrupted(location: "\(path) at offset \(position)", reason: reason))
         }
-        func tornTail(_ reason: String) throws(EventStoreError) -> Int {
-            guard last else { throw damaged("\(reason), in a log file that is not the last") }
-            return offset
+        /// The end of the good part, when what follows the last commit is an unfinished write.
+        func unfinished(_ reason: String) throws(EventStoreError) -> Int {
+            guard last else { throw damaged("\(reason), in a log file that is not the last", at: committed) }
+            return committed
         }
         while true {
             switch RecordFrame.read(bytes, at: offset) {
             case .end:
-                return offset
+                return pending.isEmpty ? offset : try unfinished("records with no commit after them")
             case .tornTail:
-                return try tornTail("an incomplete record")
+                return try unfinished("an incomplete record")
             case .corrupted(_, let reason):
-                // A crash can leave the end of a file zero-filled; that is an unfinished write too.
-                if bytes[offset...].allSatisfy({ $0 == 0 }) { return try tornTail("zeros") }
-                throw damaged(reason)
+                if commitFollows(offset, in: bytes) { throw damaged(reason, at: offset) }
+                return try unfinished(reason)
             case .record(let payload, let next):
                 let record: LogRecord
                 do {
                     record = try LogRecord.decode(payload)
                 } catch {
-                    if bytes[offset...].allSatisfy({ $0 == 0 }) { return try tornTail("zeros") }
-                    throw damaged(error.reason)
+                    if commitFollows(offset, in: bytes) { throw damaged(error.reason, at: offset) }
+                    return try unfinished(error.reason)
                 }
-                let location = Location(segment: segment, offset: offset)
-                switch record {
-                case .events(let stream, let first, let previous, let payloads):
-                    var entry = opened.streams[stream] ?? StreamEntry()
-                    guard first == entry.version + 1, previous == entry.tail else {
-                        throw damaged("events of '\(stream)' from version \(first) follow version \(entry.version)")
+                if case .commit(let start) = record {
+                    guard start == UInt64(committed) else {
+                        throw damaged("a commit of a batch from offset \(start), after \(committed)", at: offset)
                     }
-                    entry.appended(first: first, count: payloads.count, at: location)
-                    opened.streams[stream] = entry
-                    opened.recovery.events += UInt64(payloads.count)
-                case .snapshot(let snapshot):
-                    var entry = opened.streams[snapshot.stream] ?? StreamEntry()
-                    guard snapshot.version <= entry.version else {
-                        throw damaged(
-                            "a snapshot of '\(snapshot.stream)' at version \(snapshot.version), past \(entry.version)"
-                        )
+                    for (record, position) in pending {
+                        try apply(record, at: Location(segment: segment, offset: position), into: &opened) {
+                            damaged($0, at: position)
+                        }
                     }
-                    if entry.snapshot == .none || snapshot.version >= entry.snapshotVersion {
-                        entry.snapshot = location
-                        entry.snapshotVersion = snapshot.version
-                    }
-                    opened.streams[snapshot.stream] = entry
+                    pending = []
+                    committed = next
+                } else {
+                    pending.append((record, offset))
                 }
                 offset = next
             }
+        }
+    }
+
+    /// Whether a commit record starts anywhere after `offset`: whether damage at `offset` is followed
+    /// by acknowledged data (corruption) or is the end of an unfinished write.
+    private static func commitFollows(_ offset: Int, in bytes: [UInt8]) -> Bool {
+        var position = offset + 1
+        while position + RecordFrame.headerSize < bytes.count {
+            if bytes[position + RecordFrame.headerSize] == LogRecord.commitKind,
+                case .record(let payload, _) = RecordFrame.read(bytes, at: position),
+                case .commit? = try? LogRecord.decode(payload)
+            {
+                return true
+            }
+            position += 1
+        }
+        return false
+    }
+
+    /// Adds a committed record to the index, or says why it does not fit the history.
+    private static func apply(
+        _ record: LogRecord,
+        at location: Location,
+        into opened: inout Opened,
+        damaged: (String) -> EventStoreError
+    ) throws(EventStoreError) {
+        switch record {
+        case .events(let stream, let first, let previous, let payloads):
+            var entry = opened.streams[stream] ?? StreamEntry()
+            guard first == entry.version + 1, previous == entry.tail else {
+                throw damaged("events of '\(stream)' from version \(first) follow version \(entry.version)")
+            }
+            entry.appended(first: first, count: payloads.count, at: location)
+            opened.streams[stream] = entry
+            opened.recovery.events += UInt64(payloads.count)
+        case .snapshot(let snapshot):
+            var entry = opened.streams[snapshot.stream] ?? StreamEntry()
+            guard snapshot.version <= entry.version else {
+                throw damaged(
+                    "a snapshot of '\(snapshot.stream)' at version \(snapshot.version), past \(entry.version)"
+                )
+            }
+            if entry.snapshot == .none || snapshot.version >= entry.snapshotVersion {
+                entry.snapshot = location
+                entry.snapshotVersion = snapshot.version
+            }
+            opened.streams[snapshot.stream] = entry
+        case .commit:
+            break
         }
     }
 

@@ -22,10 +22,11 @@ struct Location: Hashable, Sendable {
 /// stream in one call (so an append is all or nothing on disk), or a snapshot.
 ///
 /// ```
-/// kind: UInt8 (1 events, 2 snapshot) | stream length: UInt32 | stream: UTF-8 | version: UInt64
+/// kind: UInt8 (1 events, 2 snapshot, 3 commit) | stream length: UInt32 | stream: UTF-8 | version: UInt64
 /// events:   previous: UInt64 (Location of the stream's previous events record) | count: UInt32
 ///           | count x (length: UInt32 | payload)
 /// snapshot: payload (the rest)
+/// commit:   (after the kind) start: UInt64, the offset where its group commit began
 /// ```
 ///
 /// For events, `version` is the first event's; for a snapshot, the last event folded into it. All
@@ -33,9 +34,13 @@ struct Location: Hashable, Sendable {
 enum LogRecord: Equatable {
     case events(stream: String, first: UInt64, previous: Location, payloads: [[UInt8]])
     case snapshot(Snapshot)
+    /// The end of one group commit: the records since the previous commit, which began at `start`,
+    /// were all written before this; a record after the last commit was never acknowledged.
+    case commit(start: UInt64)
 
     static let eventsKind: UInt8 = 1
     static let snapshotKind: UInt8 = 2
+    static let commitKind: UInt8 = 3
 
     /// The encoded record.
     func encode() -> [UInt8] {
@@ -54,6 +59,9 @@ enum LogRecord: Equatable {
                 Self.put(UInt32(payload.count), &bytes)
                 bytes += payload
             }
+        case .commit(let start):
+            bytes.append(Self.commitKind)
+            Self.put(start, &bytes)
         case .snapshot(let snapshot):
             let utf8 = Array(snapshot.stream.utf8)
             bytes.reserveCapacity(13 + utf8.count + snapshot.payload.count)
@@ -75,6 +83,11 @@ enum LogRecord: Equatable {
     static func decode(_ bytes: ArraySlice<UInt8>) throws(RecordError) -> LogRecord {
         var reader = Reader(bytes: bytes)
         let kind = try reader.byte()
+        if kind == commitKind {
+            let start = try reader.word64()
+            guard reader.remaining == 0 else { throw RecordError("\(reader.remaining) bytes after a commit") }
+            return .commit(start: start)
+        }
         let length = Int(try reader.word32())
         let stream = String(decoding: try reader.take(length), as: UTF8.self)
         let version = try reader.word64()
