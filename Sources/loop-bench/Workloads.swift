@@ -255,7 +255,7 @@ enum Workloads {
                     }
                 }
                 let after = Measure.status("VmRSS")
-                bytes.append(Double(after - before) / Double(loops))
+                bytes.append(Double(max(0, after - before)) / Double(loops))
                 group.stop()
                 try await tasks.waitForAll()
                 // Checked once stopped: `send` never waits, so an event may still be queued before.
@@ -279,7 +279,55 @@ enum Workloads {
             rawPerSecond: Measure.median(raws),
             runs: sizes.runs,
             ok: ok,
-            extra: [("bytes_per_loop", Measure.median(bytes)), ("vm_hwm_bytes", Double(Measure.status("VmHWM")))],
+            // The first run's: the benchmark starts this workload in a fresh process, and later runs
+            // reuse the pages the first one freed.
+            extra: [("bytes_per_loop", bytes.first ?? 0), ("vm_hwm_bytes", Double(Measure.status("VmHWM")))],
+            rates: rates
+        )
+    }
+
+    /// w3s: standalone loops, each running its own `run()`, 10 events each; resident bytes per loop
+    /// while they all run, measured in the first run (the benchmark starts this workload in a fresh
+    /// process, so no freed page hides what the loops take).
+    static func w3s(_ sizes: Sizes) async throws -> Outcome {
+        let count = sizes.w3Loops
+        var rates: [Double] = []
+        var firstBytes: Double?
+        var createdBytes: Double?
+        var ok = true
+        for _ in 0..<sizes.runs {
+            Measure.trimHeap()
+            let before = Measure.status("VmRSS")
+            let loops = (0..<count).map { _ in
+                Loop(program: Program(first: First(state: 0), update: counting), effects: EffectRouter<Never, Count>())
+            }
+            if createdBytes == nil { createdBytes = Double(max(0, Measure.status("VmRSS") - before)) / Double(count) }
+            let seconds = try await withThrowingTaskGroup(of: Void.self) { tasks in
+                for loop in loops { tasks.addTask { try await loop.run() } }
+                for loop in loops { _ = await loop.waitUntilRunning() }
+                let seconds = await Measure.seconds {
+                    for round in 0..<10 {
+                        for loop in loops { loop.send(round.isMultiple(of: 2) ? .increment : .add(2)) }
+                    }
+                }
+                let after = Measure.status("VmRSS")
+                if firstBytes == nil { firstBytes = Double(max(0, after - before)) / Double(count) }
+                for loop in loops { loop.stop() }
+                try await tasks.waitForAll()
+                return seconds
+            }
+            ok = ok && loops.allSatisfy { $0.state == 15 }
+            rates.append(Double(count * 10) / seconds)
+        }
+        return Outcome(
+            workload: "w3s",
+            title: "\(count) standalone loops, each running, x 10 events",
+            perSecond: Measure.median(rates),
+            rawPerSecond: 0,
+            runs: sizes.runs,
+            ok: ok,
+            // What a loop costs before it runs (the object alone), and while it runs (with its tasks).
+            extra: [("bytes_per_loop", firstBytes ?? 0), ("bytes_per_loop_not_running", createdBytes ?? 0)],
             rates: rates
         )
     }
