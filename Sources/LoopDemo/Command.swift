@@ -4,6 +4,7 @@
 /// run NAME [--timeout SECONDS] [--retries N] -- COMMAND
 /// cancel NAME
 /// status
+/// metrics
 /// quit
 /// ```
 public enum Command {
@@ -12,6 +13,7 @@ public enum Command {
         "run NAME [--timeout SECONDS] [--retries N] -- COMMAND",
         "cancel NAME",
         "status",
+        "metrics",
         "quit",
     ]
 
@@ -37,11 +39,16 @@ public enum Command {
         case "status":
             guard words.count == 1 else { return .failure(CommandError("usage: status")) }
             return .success(.statusRequested)
+        case "metrics":
+            guard words.count == 1 else { return .failure(CommandError("usage: metrics")) }
+            return .success(.metricsRequested)
         case "quit":
             guard words.count == 1 else { return .failure(CommandError("usage: quit")) }
             return .success(.shutdown)
         default:
-            return .failure(CommandError("unknown command '\(verb.prefix(40))'; commands: run, cancel, status, quit"))
+            return .failure(
+                CommandError("unknown command '\(verb.prefix(40))'; commands: run, cancel, status, metrics, quit")
+            )
         }
     }
 

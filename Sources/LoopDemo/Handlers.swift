@@ -49,9 +49,17 @@ extension JobRunner {
     public static func router(
         shell: any Shell,
         clock: some Clock<Duration>,
-        console: Console
+        console: Console,
+        metrics: (@Sendable () -> String)? = nil
     ) -> EffectRouter<Effect, Event> {
         EffectRouter<Effect, Event>()
+            .route(
+                { if case .printMetrics = $0 { () } else { nil } },
+                to: ClosureSyncEffectHandler { _, _ in
+                    let text = metrics?() ?? "# metrics are not collected in this run\n"
+                    for line in text.split(separator: "\n") { console.line(String(line)) }
+                }
+            )
             .route(
                 {
                     if case .run(let name, let number, let command, _) = $0 {

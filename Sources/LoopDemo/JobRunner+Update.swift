@@ -27,6 +27,8 @@ extension JobRunner {
             state.queue.insert(name, at: 0)
         case .cancel(let name):
             cancel(name, &state, &effects)
+        case .metricsRequested:
+            effects.append(.printMetrics)
         case .statusRequested:
             effects += state.ordered.map { .report("  \($0.spec.name): \(describe($0))") }
         case .tick:

@@ -144,6 +144,8 @@ public enum JobRunner {
         case cancel(String)
         /// Report the status of every job.
         case statusRequested
+        /// Print the loop's metrics (Prometheus text format).
+        case metricsRequested
         /// The periodic status tick.
         case tick
         /// A line of input that is not a command.
@@ -168,6 +170,8 @@ public enum JobRunner {
         case stopRetry(name: String)
         /// Print a line of progress.
         case report(String)
+        /// Print the loop's metrics.
+        case printMetrics
         /// Print a line about a problem with the input, to standard error.
         case problem(String)
         /// Show the live status (a progress line on a terminal).
@@ -182,7 +186,7 @@ public enum JobRunner {
             case .retryAfter(let name, _, _): .concurrent("retry-\(name)")
             case .stopRun(let name): .cancel("run-\(name)")
             case .stopRetry(let name): .cancel("retry-\(name)")
-            case .report, .problem, .progress, .stop: .concurrent()
+            case .report, .problem, .progress, .stop, .printMetrics: .concurrent()
             }
         }
     }

@@ -182,10 +182,13 @@ func replayStore(_ directory: String) async -> Int32 {
 
 func run(stdin: Bool, journalPath: String?, acks: Bool, storePath: String?) async -> Int32 {
     let console = Console.standardOutput()
+    // What the `metrics` command prints: counts and update latencies per event and effect case.
+    let metrics = MetricsObserver<JobRunner.Event, JobRunner.Effect>()
     let router = JobRunner.router(
         shell: SystemShell(guardExecutable: executable),
         clock: ContinuousClock(),
-        console: console
+        console: console,
+        metrics: { metrics.render() }
     )
     let input: any EventSource<JobRunner.Event> =
         stdin
@@ -218,9 +221,14 @@ func run(stdin: Bool, journalPath: String?, acks: Bool, storePath: String?) asyn
         }
     }
     if let storePath {
-        return await runDurably(storePath, router: router, sources: sources, console: console)
+        return await runDurably(storePath, router: router, sources: sources, console: console, metrics: metrics)
     }
-    let loop = Loop(program: program, effects: router, sources: sources, observer: recorder)
+    let loop = Loop(
+        program: program,
+        effects: router,
+        sources: sources,
+        observer: Observers(metrics: metrics, recorder: recorder)
+    )
     let signals = ShutdownSignals(
         graceful: { loop.send(.shutdown) },
         immediate: { loop.stop(gracePeriod: .zero) }
@@ -262,6 +270,22 @@ func openStore(_ directory: String) -> Result<FileEventStore, ExitStatus> {
     }
 }
 
+/// The demo's observers: the metrics, and the journal when there is one (which reads the state).
+struct Observers: LoopStateObserver {
+    let metrics: MetricsObserver<JobRunner.Event, JobRunner.Effect>
+    let recorder: JournalRecorder<JobRunner.State, JobRunner.Event, JobRunner.Effect>?
+
+    func observe(_ activity: LoopActivity<JobRunner.Event, JobRunner.Effect>) {
+        metrics.observe(activity)
+        recorder?.observe(activity)
+    }
+
+    func observe(_ activity: LoopActivity<JobRunner.Event, JobRunner.Effect>, state: () -> JobRunner.State) {
+        metrics.observe(activity)
+        recorder?.observe(activity, state: state)
+    }
+}
+
 /// An exit status, as an error value.
 struct ExitStatus: Error {
     let code: Int32
@@ -272,7 +296,8 @@ func runDurably(
     _ directory: String,
     router: EffectRouter<JobRunner.Effect, JobRunner.Event>,
     sources: [any EventSource<JobRunner.Event>],
-    console: Console
+    console: Console,
+    metrics: MetricsObserver<JobRunner.Event, JobRunner.Effect>
 ) async -> Int32 {
     let store: FileEventStore
     switch openStore(directory) {
@@ -285,7 +310,8 @@ func runDurably(
         effects: router,
         store: store,
         snapshotEvery: 100,
-        sources: sources
+        sources: sources,
+        observer: metrics
     )
     let signals = ShutdownSignals(
         graceful: { loop.send(.shutdown) },

@@ -23,7 +23,7 @@ import Testing
     }
 
     @Test(arguments: [
-        ("fly", "unknown command 'fly'; commands: run, cancel, status, quit"),
+        ("fly", "unknown command 'fly'; commands: run, cancel, status, metrics, quit"),
         ("run", "usage: run NAME [--timeout SECONDS] [--retries N] -- COMMAND"),
         ("run a make", "usage: run NAME [--timeout SECONDS] [--retries N] -- COMMAND"),
         ("run a --  ", "usage: run NAME [--timeout SECONDS] [--retries N] -- COMMAND"),

@@ -79,6 +79,24 @@ import Testing
         #expect(replay.output.contains("a     succeeded") && replay.output.contains("replayed "), "\(replay.output)")
     }
 
+    /// `metrics` prints the loop's counters in the Prometheus text format, for a plain and a durable run.
+    @Test func theMetricsCommandPrintsPrometheusText() async throws {
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        for options in ["", "--store '\(scratch)/store'"] {
+            let (status, output) = try await Demo.sh(
+                "printf 'run a -- true\\nmetrics\\n' | \"$DEMO\" --stdin \(options)"
+            )
+            #expect(status == 0, "\(output)")
+            #expect(output.contains("# TYPE effectloop_events_processed_total counter"), "\(options): \(output)")
+            #expect(
+                output.contains(#"effectloop_events_processed_total{event="submit",origin="source"} 1"#),
+                "\(output)"
+            )
+            #expect(output.contains(#"effectloop_update_duration_seconds_count{event="submit"} 1"#), "\(output)")
+        }
+    }
+
     @Test func replayingADirectoryWithNoStoreIsAnErrorAndCreatesNothing() async throws {
         let scratch = Demo.scratch()
         defer { try? FileManager.default.removeItem(atPath: scratch) }
@@ -126,7 +144,7 @@ import Testing
         #expect(!stdout.output.contains("error:"))
         #expect(stdout.output.contains("1 succeeded"))
         let stderr = try await Demo.sh("\(input) | \"$DEMO\" --stdin 2>&1 >/dev/null")
-        #expect(stderr.output == "error: unknown command 'fly'; commands: run, cancel, status, quit")
+        #expect(stderr.output == "error: unknown command 'fly'; commands: run, cancel, status, metrics, quit")
     }
 
     @Test func aClosedStandardInputEndsTheRun() async throws {

@@ -241,4 +241,11 @@ import Testing
         #expect(JobRunner.resume(state) == [.report("the recorded run had ended"), .stop(gracePeriod: .seconds(2))])
         #expect(JobRunner.resume(State(limit: 2)).isEmpty)
     }
+
+    @Test func theMetricsCommandPrintsTheMetricsAndChangesNothing() {
+        let state = submitted(["a"])
+        #expect(update(state, .metricsRequested) == Next(state: state, effects: [.printMetrics]))
+        #expect(Command.event(for: "metrics") == .metricsRequested)
+        #expect(Command.event(for: "metrics now") == .invalidInput("usage: metrics"))
+    }
 }

@@ -55,6 +55,8 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     ///   - snapshotEvery: save a snapshot after this many events (`nil`: never).
     ///   - sources: event sources, run while the loop runs; their events are recorded like any other.
     ///   - failureGrace: how long effects of recorded events may finish after the store fails.
+    ///   - observer: sees the program's events and effects, as for a plain loop (see
+    ///     ``DurableObserver``).
     ///   - clock: the clock timeouts and grace periods are measured on.
     @inlinable
     public init(
@@ -67,6 +69,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         snapshotEvery: UInt64? = 1_000,
         sources: [any EventSource<Event>] = [],
         failureGrace: Duration = .seconds(5),
+        observer: (any LoopObserver<Event, Effect>)? = nil,
         clock: any Clock<Duration> = ContinuousClock()
     ) {
         let tickets = Tickets()
@@ -92,6 +95,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
             sources: sources.map { source in
                 ClosureEventSource { send in try await source.run(send: send.map { .event($0, ticket: nil) }) }
             },
+            observer: observer.map { DurableObserver<State, Event, Effect>($0) },
             clock: clock
         )
     }
@@ -179,6 +183,7 @@ extension DurableLoop where Event: Codable, State: Codable {
         snapshotEvery: UInt64? = 1_000,
         sources: [any EventSource<Event>] = [],
         failureGrace: Duration = .seconds(5),
+        observer: (any LoopObserver<Event, Effect>)? = nil,
         clock: any Clock<Duration> = ContinuousClock()
     ) {
         self.init(
@@ -191,6 +196,7 @@ extension DurableLoop where Event: Codable, State: Codable {
             snapshotEvery: snapshotEvery,
             sources: sources,
             failureGrace: failureGrace,
+            observer: observer,
             clock: clock
         )
     }

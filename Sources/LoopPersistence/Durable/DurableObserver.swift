@@ -1,0 +1,61 @@
+public import LoopRuntime
+
+/// Shows a durable loop's activity to an observer of the program's own events and effects: what the
+/// loop does for its store (its `recorded` replies, its appends) is left out, so a `LoopLogger` or a
+/// `MetricsObserver` sees a durable loop as it would see a plain one.
+public struct DurableObserver<State: Sendable, Event: Sendable, Effect: Sendable>: LoopObserver {
+    /// The observer shown the program's activity.
+    public let observer: any LoopObserver<Event, Effect>
+
+    /// Shows `observer` the program's activity.
+    public init(_ observer: any LoopObserver<Event, Effect>) {
+        self.observer = observer
+    }
+
+    /// Passes on `activity` if it is the program's.
+    public func observe(_ activity: LoopActivity<DurableInput<State, Event>, DurableEffect<State, Event, Effect>>) {
+        if let mapped = Self.program(activity) { observer.observe(mapped) }
+    }
+
+    /// The program's view of `activity`, or `nil` for the store's work.
+    static func program(
+        _ activity: LoopActivity<DurableInput<State, Event>, DurableEffect<State, Event, Effect>>
+    ) -> LoopActivity<Event, Effect>? {
+        func event(_ input: DurableInput<State, Event>?) -> Event? {
+            if case .event(let event, _)? = input { event } else { nil }
+        }
+        func effect(_ effect: DurableEffect<State, Event, Effect>) -> Effect? {
+            if case .effect(let effect) = effect { effect } else { nil }
+        }
+        switch activity {
+        case .eventProcessed(let input, let origin, let duration, let depth):
+            return event(input).map { .eventProcessed($0, origin: origin, duration: duration, inboxDepth: depth) }
+        case .eventRejected(let input, let reason):
+            return event(input).map { .eventRejected($0, reason: reason) }
+        case .eventDropped(let input):
+            return event(input).map { .eventDropped($0) }
+        case .effectStarted(let outer, let lifecycle):
+            return effect(outer).map { .effectStarted($0, lifecycle: lifecycle) }
+        case .effectCompleted(let outer):
+            return effect(outer).map { .effectCompleted($0) }
+        case .effectFailed(let outer, let error, let mapped):
+            return effect(outer).map { .effectFailed($0, error: error, mappedTo: event(mapped)) }
+        case .effectCancelled(let outer):
+            return effect(outer).map { .effectCancelled($0) }
+        case .effectTimedOut(let outer, let timeout, let mapped):
+            return effect(outer).map { .effectTimedOut($0, timeout: timeout, mappedTo: event(mapped)) }
+        case .effectAbandoned(let outer):
+            return effect(outer).map { .effectAbandoned($0) }
+        case .effectDropped(let outer):
+            return effect(outer).map { .effectDropped($0) }
+        case .sourceFailed(let error):
+            return .sourceFailed(error)
+        case .sourceFinished:
+            return .sourceFinished
+        case .stopping:
+            return .stopping
+        case .stopped(let report):
+            return .stopped(report)
+        }
+    }
+}
