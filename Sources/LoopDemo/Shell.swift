@@ -63,16 +63,20 @@ public struct SystemShell: Shell {
 }
 
 /// One spawned command.
+///
+/// Everything the command's thread learns (the process, then the result) goes through one lock: the
+/// thread and the task that awaits the command share nothing else.
 private final class Child: Sendable {
     typealias Result = (status: Int32, output: String, errors: String)
 
-    let pid: pid_t
-    let output: Int32
-    let errors: Int32
-    /// The inodes of the command's two pipes: whatever holds them open belongs to the command.
-    let pipes: Set<UInt64>
-    /// The command's result once its thread has it, or who waits for it.
-    private let outcome = Locked<Outcome>(.running)
+    /// The spawned process: its pid, the read ends of its output pipes, and the pipes' inodes
+    /// (whatever holds them open belongs to the command).
+    struct Process {
+        let pid: pid_t
+        let output: Int32
+        let errors: Int32
+        let pipes: Set<UInt64>
+    }
 
     private enum Outcome {
         case running
@@ -80,42 +84,45 @@ private final class Child: Sendable {
         case finished(Result)
     }
 
+    private let state = Locked<(process: Process?, outcome: Outcome)>((nil, .running))
+
     /// The commands running now, whose exits their own threads wait for: what may not be reaped
     /// anywhere else.
     static let running = Locked(Set<pid_t>())
-
-    private init(pid: pid_t, output: Int32, errors: Int32) {
-        self.pid = pid
-        self.output = output
-        self.errors = errors
-        pipes = Set([output, errors].compactMap(ProcessTree.pipeInode))
-    }
 
     /// Starts `words` on a thread of its own, which then reads the command's output and waits for its
     /// exit. The same thread does both: a guard asks to be signalled when the thread that started it
     /// ends, so that thread must outlive the command.
     static func start(_ words: [String]) async throws -> Child {
-        try await withCheckedThrowingContinuation { (started: CheckedContinuation<Child, any Error>) in
+        let child = Child()
+        try await withCheckedThrowingContinuation { (started: CheckedContinuation<Void, any Error>) in
             let thread = OSThread(
                 {
-                    let child: Child
+                    let process: Process
                     do {
-                        child = try running.withLock { running in
+                        process = try running.withLock { running in
                             let (pid, output, errors) = try spawn(words)
                             running.insert(pid)
-                            return Child(pid: pid, output: output, errors: errors)
+                            return Process(
+                                pid: pid,
+                                output: output,
+                                errors: errors,
+                                pipes: Set([output, errors].compactMap(ProcessTree.pipeInode))
+                            )
                         }
                     } catch {
                         started.resume(throwing: error)
                         return
                     }
-                    started.resume(returning: child)
-                    child.finish(child.waitForExit())
+                    child.state.withLock { $0.process = process }
+                    started.resume()
+                    child.finish(Self.waitForExit(process))
                 },
                 runHereIfUnavailable: true
             )
             thread.detach()
         }
+        return child
     }
 
     private static func spawn(_ words: [String]) throws -> (pid_t, Int32, Int32) {
@@ -162,9 +169,9 @@ private final class Child: Sendable {
     /// The command's result, once it has exited.
     func result() async -> Result {
         await withCheckedContinuation { continuation in
-            let done = outcome.withLock { outcome -> Result? in
-                if case .finished(let result) = outcome { return result }
-                outcome = .waiting(continuation)
+            let done = state.withLock { state -> Result? in
+                if case .finished(let result) = state.outcome { return result }
+                state.outcome = .waiting(continuation)
                 return nil
             }
             if let done { continuation.resume(returning: done) }
@@ -172,17 +179,18 @@ private final class Child: Sendable {
     }
 
     private func finish(_ result: Result) {
-        let waiting = outcome.withLock { outcome -> CheckedContinuation<Result, Never>? in
-            defer { outcome = .finished(result) }
-            if case .waiting(let continuation) = outcome { return continuation }
+        let waiting = state.withLock { state -> CheckedContinuation<Result, Never>? in
+            defer { state.outcome = .finished(result) }
+            if case .waiting(let continuation) = state.outcome { return continuation }
             return nil
         }
         waiting?.resume(returning: result)
     }
 
     /// Reads both outputs to their ends and waits for the exit (on the command's own thread).
-    private func waitForExit() -> Result {
-        let (output, errors) = readBoth()
+    private static func waitForExit(_ process: Process) -> Result {
+        let (output, errors) = readBoth(process)
+        let pid = process.pid
         var status: Int32 = 0
         var waited: pid_t = -1
         repeat { waited = waitpid(pid, &status, 0) } while waited < 0 && errno == EINTR
@@ -190,7 +198,7 @@ private final class Child: Sendable {
         let exit = waited < 0 ? 255 : (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
         // Now that this command is reaped, reap what earlier commands left behind; under the lock that
         // spawning takes, so a command started meanwhile is never reaped here.
-        Self.running.withLock { running in
+        running.withLock { running in
             running.remove(pid)
             ProcessTree.reapExited(except: running)
         }
@@ -203,10 +211,10 @@ private final class Child: Sendable {
 
     /// Reads standard output (keeping its beginning) and standard error (keeping its end) until both
     /// are closed, then closes them.
-    private func readBoth() -> (output: [UInt8], errors: [UInt8]) {
+    private static func readBoth(_ process: Process) -> (output: [UInt8], errors: [UInt8]) {
         var output: [UInt8] = []
         var errors: [UInt8] = []
-        var open = [self.output, self.errors]
+        var open = [process.output, process.errors]
         var buffer = [UInt8](repeating: 0, count: 4_096)
         while !open.isEmpty {
             var requests = open.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
@@ -218,7 +226,7 @@ private final class Child: Sendable {
             for request in requests where request.revents != 0 {
                 let count = buffer.withUnsafeMutableBytes { read(request.fd, $0.baseAddress, $0.count) }
                 if count > 0 {
-                    if request.fd == self.output {
+                    if request.fd == process.output {
                         if output.count < SystemShell.maximumOutput { output += buffer.prefix(count) }
                     } else {
                         errors += buffer.prefix(count)
@@ -231,8 +239,8 @@ private final class Child: Sendable {
                 }
             }
         }
-        close(self.output)
-        close(self.errors)
+        close(process.output)
+        close(process.errors)
         return (output, errors)
     }
 
@@ -240,7 +248,8 @@ private final class Child: Sendable {
     /// left the group (`setsid`), and every process still holding its output pipes, even one whose
     /// parent exited (`setsid -f`, a double fork).
     func kill() {
-        ProcessTree.killTree(of: pid, group: pid, holdingPipes: pipes)
+        guard let process = state.withLock({ $0.process }) else { return }
+        ProcessTree.killTree(of: process.pid, group: process.pid, holdingPipes: process.pipes)
     }
 }
 
