@@ -3,7 +3,7 @@ STRICT := -Xswiftc -warnings-as-errors -Xswiftc -require-explicit-sendable --exp
 FMT_OPTIONS := --configuration .swiftformat --recursive
 SOURCES := Package.swift Sources Tests
 
-.PHONY: build test test-tsan test-asan lint format bench bench-quick bench-locks demo
+.PHONY: build test test-tsan test-asan lint format bench bench-quick bench-locks demo docs docs-check
 
 build: ; swift build $(STRICT)
 test: ; swift test $(STRICT)
@@ -15,6 +15,9 @@ bench: ; swift run -c release loop-bench
 bench-quick: ; swift run -c release loop-bench --quick
 # Lock acquisitions per event -> effect -> event round trip (a build that counts them; not a speed figure).
 bench-locks: ; for w in w2 w2s; do swift run -c release -Xswiftc -DEFFECTLOOP_COUNT_LOCKS --scratch-path .build-locks loop-bench --quick --only $$w || exit 1; done
+# The documentation site (docc, no plugin) in .build/docs/site; docs-check opens it in headless Chromium.
+docs: ; bash Docs/Site/build.sh
+docs-check: docs ; bash Docs/Site/check.sh
 lint: ; swift format lint --strict $(FMT_OPTIONS) $(SOURCES)
 format: ; swift format format --in-place $(FMT_OPTIONS) $(SOURCES)
 

@@ -158,7 +158,7 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     /// The same routes for a loop whose event type is `Outer`: every event a handler sends, and every
     /// event the error mapping makes, is turned into an `Outer` by `embed`.
     ///
-    /// How a child feature's routes serve its parent's loop, and how a ``LoopRuntime/LoopStore`` gives
+    /// How a child feature's routes serve its parent's loop, and how a `LoopStore` (`LoopRuntime`) gives
     /// handlers a sender of feedback only.
     @inlinable
     public func mapEvents<Outer: Sendable>(_ embed: @escaping @Sendable (Event) -> Outer) -> EffectRouter<Effect, Outer>

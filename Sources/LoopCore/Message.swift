@@ -1,7 +1,7 @@
 /// The event of a program that separates what the outside world may send (inputs) from what only its
 /// own effect handlers produce (feedback).
 ///
-/// A program whose event is a `Message` runs in a ``LoopRuntime/LoopStore``, whose sending surface takes
+/// A program whose event is a `Message` runs in a `LoopStore` (`LoopRuntime`), whose sending surface takes
 /// only inputs: a caller cannot forge a feedback event, because it has no way to send one.
 ///
 /// ```swift

@@ -33,7 +33,7 @@ extension Update {
     /// An event for which `event` returns a child event is applied to the child state at `state`, in
     /// place; each child effect becomes a parent effect through `effect`. Any other event leaves the
     /// state as it is and produces no effect. Combine the result with the parent's own update with
-    /// ``combine(_:)-(Update...)``.
+    /// ``combine(_:)-(Update<State,Event,Effect>...)``.
     ///
     /// ```swift
     /// let app = Update<AppState, AppEvent, AppEffect>.embed(

@@ -1,7 +1,7 @@
 /// How many events a loop's inbox holds, and what happens to an event that arrives when it is full.
 ///
 /// Every event an inbox turns away is counted (``LoopReport``) and reported to the observer, and the
-/// sender learns it from the ``LoopCore/Delivery`` that `send` returns.
+/// sender learns it from the ``/LoopCore/Delivery`` that `send` returns.
 public struct InboxPolicy: Hashable, Sendable, CustomStringConvertible {
     /// What a full inbox does with a new event.
     public enum Overflow: Hashable, Sendable {

@@ -24,7 +24,7 @@ public struct LoopReport: Hashable, Sendable, CustomStringConvertible {
     public var eventsSent = 0
     /// Events processed by the update.
     public var eventsProcessed = 0
-    /// Events turned away (``LoopCore/Rejection``).
+    /// Events turned away (``/LoopCore/Rejection``).
     public var eventsRejected = 0
     /// Events taken but never processed: dropped by a drop-oldest inbox, or still queued when the loop
     /// stopped without draining (deadline, cancellation, stop before run).

@@ -5,7 +5,7 @@ public import LoopCore
 /// A loop whose outside world may only send inputs, whose handlers may only send feedback, and whose
 /// outputs arrive through a typed stream.
 ///
-/// The program's event is a ``LoopCore/Message`` of `Input` and `Feedback`. ``send(_:)`` takes an
+/// The program's event is a ``/LoopCore/Message`` of `Input` and `Feedback`. ``send(_:)`` takes an
 /// `Input`, so a caller cannot forge feedback; the router's handlers get a sender of `Feedback` only.
 /// An effect the `output` function recognises is not handled by a route: it is delivered to ``outputs``,
 /// in the order the update emitted it.
@@ -36,7 +36,7 @@ public final class LoopStore<State: Sendable, Input: Sendable, Feedback: Sendabl
     /// Creates a store for `program`.
     ///
     /// - Parameters:
-    ///   - program: the start and the update, over ``LoopCore/Message`` events.
+    ///   - program: the start and the update, over ``/LoopCore/Message`` events.
     ///   - router: how effects are performed; its handlers send feedback.
     ///   - output: the output an effect stands for, or `nil` for an effect the router performs.
     ///   - outputBuffering: how many outputs wait for a slow consumer.

@@ -1,7 +1,7 @@
 public import LoopPersistence
 internal import LoopRuntime
 
-/// The checks every ``LoopPersistence/EventStore`` must pass, run against a store a test makes.
+/// The checks every ``/LoopPersistence/EventStore`` must pass, run against a store a test makes.
 ///
 /// ```swift
 /// @Test func inMemoryStoreConforms() async {

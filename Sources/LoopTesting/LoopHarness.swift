@@ -2,12 +2,12 @@ public import EffectHandlers
 public import LoopCore
 public import LoopRuntime
 
-/// Drives a real ``LoopRuntime/Loop`` step by step from a test: send events, assert the state, assert the
+/// Drives a real ``/LoopRuntime/Loop`` step by step from a test: send events, assert the state, assert the
 /// effects it started, answer them, and assert the events that came back.
 ///
 /// Every effect goes to a ``RecordingEffectHandler`` and stays in flight until the test answers it;
-/// time is a ``ManualClock`` the test advances. Use it through ``withLoopHarness(_:fileID:filePath:line:column:_:)``,
-/// which runs the loop for the test's duration and calls ``finish()`` at the end:
+/// time is a ``ManualClock`` the test advances. Use it through `withLoopHarness(_:_:)`, which runs the
+/// loop for the test's duration and calls ``finish(fileID:filePath:line:column:)`` at the end:
 ///
 /// ```swift
 /// @Test func jobIsRunThenReported() async throws {
@@ -21,7 +21,7 @@ public import LoopRuntime
 /// }
 /// ```
 ///
-/// ``finish()`` fails the test if effects are still in flight, or if effects started or events received
+/// ``finish(fileID:filePath:line:column:)`` fails the test if effects are still in flight, or if effects started or events received
 /// were never asserted.
 public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & Sendable, Effect: Equatable & Sendable>:
     Sendable
@@ -50,12 +50,12 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
     /// Bumped by everything the loop and the recording handler do, so waits are on conditions.
     private let changes = Changes()
 
-    /// Creates a harness for `program`; effects are scheduled with ``EffectHandlers/EffectLifecycle/concurrent(_:timeout:)``.
+    /// Creates a harness for `program`; effects are scheduled with ``/EffectHandlers/EffectLifecycle/concurrent(_:timeout:)``.
     public convenience init(_ program: Program<State, Event, Effect>) {
         self.init(program, router: EffectRouter<Effect, Event>())
     }
 
-    /// Creates a harness for `program`; effects are scheduled by their ``EffectHandlers/ManagedEffect`` lifecycle.
+    /// Creates a harness for `program`; effects are scheduled by their ``/EffectHandlers/ManagedEffect`` lifecycle.
     public convenience init(_ program: Program<State, Event, Effect>) where Effect: ManagedEffect {
         self.init(program, router: EffectRouter<Effect, Event>())
     }
@@ -285,7 +285,7 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
 }
 
 /// Runs `body` with a ``LoopHarness`` for `program` whose loop runs for the duration of `body`; then
-/// calls ``LoopHarness/finish()`` and stops the loop, cancelling whatever is still in flight.
+/// calls ``LoopHarness/finish(fileID:filePath:line:column:)`` and stops the loop, cancelling whatever is still in flight.
 public func withLoopHarness<State, Event, Effect>(
     _ program: Program<State, Event, Effect>,
     fileID: String = #fileID,

@@ -1,7 +1,7 @@
 public import LoopCore
 public import LoopRuntime
 
-/// What a loop did, as a comparable value: a ``LoopRuntime/LoopActivity`` without its durations,
+/// What a loop did, as a comparable value: a ``/LoopRuntime/LoopActivity`` without its durations,
 /// errors rendered as text, so a test asserts a whole log with one `#expect`.
 public enum RecordedActivity<Event: Equatable & Sendable, Effect: Equatable & Sendable>: Equatable, Sendable {
     /// The update processed the event.

@@ -100,8 +100,8 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         )
     }
 
-    /// Sends `event`; returns whether it was taken. Never waits (see ``LoopRuntime/Loop/send(_:)``).
-    /// Once the store has failed, every event is refused with ``LoopCore/Rejection/failed``.
+    /// Sends `event`; returns whether it was taken. Never waits (see ``/LoopRuntime/Loop/send(_:)``).
+    /// Once the store has failed, every event is refused with ``/LoopCore/Rejection/failed``.
     @inlinable
     @discardableResult
     public func send(_ event: Event) -> Delivery {
@@ -143,7 +143,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     /// Runs the loop: recovers its stream, then processes events until stopped or cancelled.
     ///
     /// - Throws: ``DurableLoopError/storeFailed(_:)`` when the store failed or the stream could not be
-    ///   read back; a `LoopError` as ``LoopRuntime/Loop/run()`` does.
+    ///   read back; a `LoopError` as ``/LoopRuntime/Loop/run()`` does.
     @discardableResult
     public func run() async throws -> LoopReport {
         let report: LoopReport
@@ -158,7 +158,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         return report
     }
 
-    /// Stops the loop gracefully (see ``LoopRuntime/Loop/stop(gracePeriod:)``): appends under way finish,
+    /// Stops the loop gracefully (see ``/LoopRuntime/Loop/stop(gracePeriod:)``): appends under way finish,
     /// and effects of recorded events get the grace period.
     public func stop(gracePeriod: Duration = .seconds(30)) {
         core.stop(gracePeriod: gracePeriod)
@@ -166,7 +166,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         if !core.isRunning { tickets.refuseAll(with: DurableLoopError.ended) }
     }
 
-    /// Waits until ``run()`` has started; see ``LoopRuntime/Loop/waitUntilRunning()``.
+    /// Waits until ``run()`` has started; see ``/LoopRuntime/Loop/waitUntilRunning()``.
     public func waitUntilRunning() async -> Bool {
         await core.waitUntilRunning()
     }

@@ -20,7 +20,7 @@ public import Synchronization
 ///
 /// Each entity behaves as a ``DurableLoop``: its events are in the store before their effects start;
 /// it recovers from its latest snapshot and the events after it; a store failure (or an event that no
-/// longer decodes) stops that entity only, which then refuses events (``LoopCore/Rejection/failed``)
+/// longer decodes) stops that entity only, which then refuses events (``/LoopCore/Rejection/failed``)
 /// while the others go on. Passivation releases an entity only when it is quiet (nothing on its way
 /// to the store, no effect under way, nothing queued), checked in one step with its removal, so a
 /// passivated entity loses nothing; its next event recovers it. Each entity's inbox is unbounded (the
@@ -226,7 +226,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         }
     }
 
-    /// Stops the group gracefully (see ``LoopRuntime/LoopGroup/stop(gracePeriod:)``).
+    /// Stops the group gracefully (see ``/LoopRuntime/LoopGroup/stop(gracePeriod:)``).
     public func stop(gracePeriod: Duration = .seconds(30)) {
         core.stop(gracePeriod: gracePeriod)
         // Stopped before it ran: its queued events are dropped, so nobody may wait for them.

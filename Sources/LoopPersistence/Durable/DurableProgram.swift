@@ -10,7 +10,7 @@ public import LoopCore
 /// #expect(program.resume(recovered) == [.start(job)])
 /// ```
 ///
-/// `resume` is to a durable loop what ``LoopCore/First``'s effects are to a loop: the effects it performs
+/// `resume` is to a durable loop what ``/LoopCore/First``'s effects are to a loop: the effects it performs
 /// when it starts, but decided from the state it starts in, since that may be a recovered one. It is a
 /// plain function of the state, so a test asserts it as a value.
 public struct DurableProgram<State, Event, Effect> {

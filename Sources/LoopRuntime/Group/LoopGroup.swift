@@ -77,8 +77,8 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
 
     /// Sends `event` to the loop for `id`, creating that loop if there is none.
     ///
-    /// Thread-safe and never waits, like ``Loop/send(_:)``. Rejected with ``LoopCore/Rejection/stopping``
-    /// or ``LoopCore/Rejection/stopped`` once the group is shutting down, for new and existing ids alike.
+    /// Thread-safe and never waits, like ``Loop/send(_:)``. Rejected with ``/LoopCore/Rejection/stopping``
+    /// or ``/LoopCore/Rejection/stopped`` once the group is shutting down, for new and existing ids alike.
     @inlinable
     @discardableResult
     public func send(_ event: Event, to id: ID) -> Delivery {

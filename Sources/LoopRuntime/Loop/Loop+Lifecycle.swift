@@ -73,7 +73,7 @@ extension Loop {
 
     /// Shuts the loop down gracefully.
     ///
-    /// At once, the loop stops taking events from outside (``LoopCore/Rejection/stopping``) and its
+    /// At once, the loop stops taking events from outside (``/LoopCore/Rejection/stopping``) and its
     /// event sources are cancelled. It goes on processing the events already queued and those its
     /// effects send, and lets effects in flight finish, until `gracePeriod` (on the loop's clock) is
     /// over; then it drops what is still queued, cancels the effects still running, and `run()` returns

@@ -24,7 +24,7 @@ internal import Synchronization
 ///   accepts is processed, or counted as dropped and reported; never silently lost.
 /// - **Effects.** Those of one event are let in, in the order listed, in the same hold of the lock as
 ///   the update; synchronous handlers then run inline, asynchronous ones in tasks the loop tracks,
-///   scheduled by each effect's ``EffectHandlers/EffectLifecycle``.
+///   scheduled by each effect's ``/EffectHandlers/EffectLifecycle``.
 /// - **Lifecycle.** ``run()`` runs the loop once. ``stop(gracePeriod:)`` shuts it down gracefully;
 ///   cancelling the task running ``run()`` stops it at once. Either way `run()` returns by the deadline,
 ///   even if a handler ignores cancellation (that effect is reported abandoned).
@@ -267,6 +267,6 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 enum GroupNotice: Sendable {
     /// The loop has stopped.
     case stopped
-    /// The loop's program asked it to stop (``EffectHandlers/EffectRouter/stopLoop(on:)``).
+    /// The loop's program asked it to stop (``/EffectHandlers/EffectRouter/stopLoop(on:)``).
     case stopRequested
 }
