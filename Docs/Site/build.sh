@@ -22,6 +22,7 @@ modules=(
     "LoopRuntime:LoopCore EffectHandlers EventSources"
     "LoopPersistence:LoopCore EffectHandlers EventSources LoopRuntime"
     "LoopTesting:LoopCore EffectHandlers EventSources LoopRuntime LoopPersistence"
+    "LoopJournal:LoopCore EffectHandlers LoopRuntime"
 )
 convert() {
     # convert NAME CATALOG GRAPH-DIR DEPENDENCY...

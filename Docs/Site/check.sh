@@ -64,6 +64,7 @@ check /documentation/eventsources/ EventSources "Sources" "Combining sources"
 check /documentation/loopruntime/ LoopRuntime "Running programs" "Observing"
 check /documentation/looptesting/ LoopTesting "Specs of the update" "Running loops in tests"
 check /documentation/looppersistence/ LoopPersistence "Durable loops" "Event stores" "Codecs"
+check /documentation/loopjournal/ LoopJournal "Recording" "Reading and replaying"
 check /documentation/effectloop/ "EffectLoop Guides" "Start here" "Running services"
 check /documentation/effectloop/persistence "Persistence: durable loops" "The guarantees" "The file store"
 

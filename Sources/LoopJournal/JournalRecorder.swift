@@ -9,7 +9,7 @@ public import LoopRuntime
 /// let loop = Loop(program: program, effects: router, observer: recorder)
 /// ```
 ///
-/// It is a ``LoopRuntime/LoopStateObserver``: the loop hands it the state with each processed event,
+/// It is a ``/LoopRuntime/LoopStateObserver``: the loop hands it the state with each processed event,
 /// which it reads only for a digest, so it needs no reference to the loop. A record that cannot be
 /// written is counted in ``failures`` and passed to `onFailure`; the loop goes on. `onRecorded`
 /// receives each sequence number once its record is in the file.

@@ -3,7 +3,7 @@ public import LoopCore
 extension Update where State: Encodable {
     /// Replays `records` from `first` through the update, checking every recorded digest.
     ///
-    /// Returns the final state and every effect emitted, as ``LoopCore/Update/replay(from:events:)``
+    /// Returns the final state and every effect emitted, as ``/LoopCore/Update/replay(from:events:)``
     /// does. Throws ``JournalError/digestMismatch(sequence:recorded:replayed:)`` naming the first event
     /// after which the replayed state differs from the recorded one.
     public func replay(
