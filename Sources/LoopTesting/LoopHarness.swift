@@ -22,7 +22,9 @@ public import LoopRuntime
 /// ```
 ///
 /// ``finish(fileID:filePath:line:column:)`` fails the test if effects are still in flight, or if effects started or events received
-/// were never asserted.
+/// were never asserted. Steps are exhaustive about the state too: a step (``send(_:skippingState:fileID:filePath:line:column:)``,
+/// an answer, a failure, or the finish) fails the test if the step before it changed the state and the
+/// test did not assert what it became; opt out per step with `skippingState: true`.
 public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & Sendable, Effect: Equatable & Sendable>:
     Sendable
 {
@@ -33,6 +35,9 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
         var assertedReceived = 0
         var started: [Effect] = []
         var assertedEffects = 0
+        /// The state the test last asserted (or skipped): a step that finds the loop in another one
+        /// changed it without the test saying what it became.
+        var acknowledged: State
 
         /// The events that came from effects, not from the test, in the order they were processed.
         var received: [Event] {
@@ -46,7 +51,7 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
     public let clock: ManualClock
     /// The handler every effect is given to.
     public let effects: RecordingEffectHandler<Effect, Event>
-    private let ledger = Locked(Ledger())
+    private let ledger: Locked<Ledger>
     /// Bumped by everything the loop and the recording handler do, so waits are on conditions.
     private let changes = Changes()
 
@@ -64,7 +69,8 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
         let changes = self.changes
         let recording = RecordingEffectHandler<Effect, Event>(onChange: { changes.bump() })
         let clock = ManualClock()
-        let ledger = self.ledger
+        let ledger = Locked(Ledger(acknowledged: program.first.state))
+        self.ledger = ledger
         let observer = ClosureLoopObserver<Event, Effect> { activity in
             defer { changes.bump() }
             if case .effectStarted(let effect, _) = activity {
@@ -92,11 +98,47 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
 
     /// Sends `event` to the loop and returns once it has been processed and the effects it started have
     /// reached the recording handler.
+    ///
+    /// A step is exhaustive: if the previous step changed the state and the test did not assert it
+    /// (``expectState(_:fileID:filePath:line:column:)``), this one fails the test, naming the change.
+    /// Pass `skippingState: true` for a step whose state change the test does not care to assert.
     @discardableResult
-    public func send(_ event: Event) async -> Delivery {
+    public func send(
+        _ event: Event,
+        skippingState: Bool = false,
+        fileID: String = #fileID,
+        filePath: StaticString = #filePath,
+        line: UInt = #line,
+        column: UInt = #column
+    ) async -> Delivery {
+        await settle()
+        checkStateAsserted(SourceSite(fileID: fileID, filePath: filePath, line: line, column: column))
         let delivery = loop.send(event)
         await settle()
+        if skippingState { skipState() }
         return delivery
+    }
+
+    /// Takes the loop's current state as asserted, so the next step does not fail for a change the test
+    /// chose not to spell out.
+    public func skipState() {
+        let state = loop.state
+        ledger.withLock { $0.acknowledged = state }
+    }
+
+    /// Fails the test if the state changed since the test last asserted it; either way, takes the
+    /// current state as known, so a change is reported once.
+    @discardableResult
+    private func checkStateAsserted(_ site: SourceSite) -> [Difference] {
+        let state = loop.state
+        let known = ledger.withLock { ledger in
+            defer { ledger.acknowledged = state }
+            return ledger.acknowledged
+        }
+        guard state != known else { return [] }
+        let differences = Then<State, Effect>.differences(known, state, at: "state changed, never asserted")
+        _ = report(SpecResult(subject: "harness step", differences: differences), site)
+        return differences
     }
 
     /// Answers the in-flight `effect` with `events` and returns once they have been processed. Fails the
@@ -104,30 +146,43 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
     public func answer(
         _ effect: Effect,
         with events: [Event] = [],
+        skippingState: Bool = false,
         fileID: String = #fileID,
         filePath: StaticString = #filePath,
         line: UInt = #line,
         column: UInt = #column
     ) async {
+        let site = SourceSite(fileID: fileID, filePath: filePath, line: line, column: column)
         let before = (ledger.withLock { $0.processed.count }, ended)
         await settle()
+        checkStateAsserted(site)
         guard effects.answer(effect, with: events) else {
-            SourceSite(fileID: fileID, filePath: filePath, line: line, column: column)
-                .fail("no effect \(Rendering.of(effect)) is in flight; in flight: \(Rendering.of(effects.inFlight))")
+            site.fail("no effect \(Rendering.of(effect)) is in flight; in flight: \(Rendering.of(effects.inFlight))")
             return
         }
         await waitUntil { ledger.withLock { $0.processed.count } >= before.0 + events.count && ended > before.1 }
         await settle()
+        if skippingState { skipState() }
     }
 
     /// Fails the in-flight `effect` with `error` (its handler throws it) and returns once the loop has
     /// dealt with it.
-    public func fail(_ effect: Effect, with error: any Error) async {
+    public func fail(
+        _ effect: Effect,
+        with error: any Error,
+        skippingState: Bool = false,
+        fileID: String = #fileID,
+        filePath: StaticString = #filePath,
+        line: UInt = #line,
+        column: UInt = #column
+    ) async {
         let before = ended
         await settle()
+        checkStateAsserted(SourceSite(fileID: fileID, filePath: filePath, line: line, column: column))
         guard effects.fail(effect, with: error) else { return }
         await waitUntil { ended > before }
         await settle()
+        if skippingState { skipState() }
     }
 
     /// Checks the loop's state.
@@ -139,8 +194,10 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
         line: UInt = #line,
         column: UInt = #column
     ) -> SpecResult {
-        compare(
-            loop.state,
+        let state = loop.state
+        ledger.withLock { $0.acknowledged = state }
+        return compare(
+            state,
             expected,
             at: "state",
             subject: "harness state",
@@ -205,6 +262,11 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
         column: UInt = #column
     ) async -> SpecResult {
         await settle()
+        let state = loop.state
+        let known = ledger.withLock { ledger in
+            defer { ledger.acknowledged = state }
+            return ledger.acknowledged
+        }
         let (unassertedEffects, unassertedEvents) = ledger.withLock { ledger in
             let received = ledger.received
             return (
@@ -212,7 +274,8 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
                 Array(received.dropFirst(ledger.assertedReceived))
             )
         }
-        var differences: [Difference] = []
+        var differences: [Difference] =
+            state == known ? [] : Then<State, Effect>.differences(known, state, at: "state changed, never asserted")
         let held = effects.inFlight
         if !held.isEmpty {
             differences.append(Difference(path: "effects in flight", expected: "none", actual: Rendering.of(held)))
