@@ -56,3 +56,63 @@ public struct LoopStates<State: Sendable>: AsyncSequence, Sendable {
         }
     }
 }
+
+extension LoopStates {
+    /// A projection of the states that yields only when the projection changes: what a view, a
+    /// connection or a subscriber of one field of the state wants.
+    ///
+    /// ```swift
+    /// for await running in loop.states.scoped({ $0.jobs.values.count(where: \.status.isRunning) }) {
+    ///     gauge.set(running)          // only when the count changes
+    /// }
+    /// ```
+    ///
+    /// Conflating like the states themselves: a slow consumer skips intermediate values, and holds at
+    /// most one state and one value at a time; the projection runs on the consumer's task, never in the
+    /// loop.
+    public func scoped<Value: Equatable & Sendable>(
+        _ projection: @escaping @Sendable (State) -> Value
+    ) -> ScopedStates<State, Value> {
+        ScopedStates(states: self, projection: projection)
+    }
+}
+
+extension LoopStates where State: Equatable {
+    /// The states, each only when it differs from the one before.
+    public func removingDuplicates() -> ScopedStates<State, State> {
+        scoped { $0 }
+    }
+}
+
+/// A projection of a loop's states, each value only when it changed. Made by ``LoopStates/scoped(_:)``.
+public struct ScopedStates<State: Sendable, Value: Equatable & Sendable>: AsyncSequence, Sendable {
+    /// The element is a projected value.
+    public typealias Element = Value
+
+    let states: LoopStates<State>
+    let projection: @Sendable (State) -> Value
+
+    /// Starts a new consumer.
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(base: states.makeAsyncIterator(), projection: projection)
+    }
+
+    /// One consumer's position.
+    public struct Iterator: AsyncIteratorProtocol {
+        var base: LoopStates<State>.Iterator
+        let projection: @Sendable (State) -> Value
+        var last: Value?
+
+        /// The next value that differs from the last one yielded; `nil` once the loop has stopped.
+        public mutating func next() async -> Value? {
+            while let state = await base.next() {
+                let value = projection(state)
+                if value != last {
+                    last = value
+                    return value
+                }
+            }
+            return nil
+        }
+    }
+}

@@ -123,6 +123,12 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         members.withLock { $0.loops[id] }?.state
     }
 
+    /// The states of the loop for `id`, as ``Loop/states`` gives them, or `nil` if there is no loop for
+    /// `id` now. The sequence ends when that loop stops (removed, passivated, or the group stopped).
+    public func states(of id: ID) -> LoopStates<State>? {
+        members.withLock { $0.loops[id] }?.states
+    }
+
     /// How many loops the group holds (removed loops still finishing their effects not included).
     public var count: Int {
         members.withLock { $0.loops.count }
