@@ -77,6 +77,46 @@ extension Update {
         }
     }
 
+    /// Lifts a child update into this domain for a child whose state is one case of an enum (a screen, a
+    /// phase of a session): a case path instead of a key path.
+    ///
+    /// `state` extracts the child state when the parent is in the child's case, and `embed` puts it back.
+    /// The child state is mutated in place, never copied: while the child runs, the parent holds
+    /// `placeholder()` (any cheap value of the parent, such as a case without payload), so the extracted
+    /// child state is the only owner of its storage. An event for the child while the parent is in another
+    /// case changes nothing; it produces the effects `absent` returns for it, or none.
+    ///
+    /// ```swift
+    /// let screen = Update<Screen, ScreenEvent, ScreenEffect>.embedCase(
+    ///     Update(Checkout.update),
+    ///     state: { if case .checkout(let state) = $0 { state } else { nil } },
+    ///     embed: Screen.checkout,
+    ///     placeholder: { .loading },
+    ///     event: { if case .checkout(let event) = $0 { event } else { nil } },
+    ///     effect: ScreenEffect.checkout
+    /// )
+    /// ```
+    @inlinable
+    public static func embedCase<ChildState, ChildEvent, ChildEffect>(
+        _ child: Update<ChildState, ChildEvent, ChildEffect>,
+        state extract: @escaping @Sendable (State) -> ChildState?,
+        embed: @escaping @Sendable (ChildState) -> State,
+        placeholder: @escaping @Sendable () -> State,
+        event toChild: @escaping @Sendable (Event) -> ChildEvent?,
+        effect toParent: @escaping @Sendable (ChildEffect) -> Effect,
+        absent: (@Sendable (Event) -> [Effect])? = nil
+    ) -> Update {
+        Update { parent, event in
+            guard let childEvent = toChild(event) else { return [] }
+            guard var childState = extract(parent) else { return absent?(event) ?? [] }
+            // The parent still shares the child's storage: replace it first, so the child mutates alone.
+            parent = placeholder()
+            let produced = child(&childState, childEvent)
+            parent = embed(childState)
+            return produced.map(toParent)
+        }
+    }
+
     /// Lifts a child update into this domain for a keyed collection of children.
     ///
     /// `event` extracts the child's identifier and event; the event is applied in place to the child

@@ -98,4 +98,77 @@ import Testing
         #expect(moved == 0)
         #expect(machine.state.sessions["s"]?.count == Self.events)
     }
+
+    enum Screen: Sendable {
+        case loading
+        case counter(Counter.State)
+    }
+
+    enum ScreenEvent: Sendable {
+        case counter(Counter.Event)
+    }
+
+    static func screenUpdate(placeholder: Bool) -> Update<Screen, ScreenEvent, Counter.Effect> {
+        let extract: @Sendable (Screen) -> Counter.State? = { if case .counter(let state) = $0 { state } else { nil } }
+        let event: @Sendable (ScreenEvent) -> Counter.Event? = {
+            if case .counter(let event) = $0 { event } else { nil }
+        }
+        guard placeholder else {
+            // The naive way: mutate the extracted copy while the enum still holds the storage.
+            return Update { screen, screenEvent in
+                guard let childEvent = event(screenEvent), var state = extract(screen) else { return [] }
+                let effects = Counter.update(&state, childEvent)
+                screen = .counter(state)
+                return effects
+            }
+        }
+        return Update<Screen, ScreenEvent, Counter.Effect>.embedCase(
+            Update(Counter.update),
+            state: extract,
+            embed: Screen.counter,
+            placeholder: { .loading },
+            event: event,
+            effect: { $0 }
+        )
+    }
+
+    static func movedBuffers(screen update: Update<Screen, ScreenEvent, Counter.Effect>) -> Int {
+        let (state, address) = roomyState()
+        var machine = Machine(state: Screen.counter(consume state), update: update)
+        var previous = address
+        var moved = 0
+        for _ in 0..<events {
+            _ = machine.process(.counter(.increment))
+            guard case .counter(let current) = machine.state else { return -1 }
+            let now = Self.address(of: current.history)
+            if now != previous { moved += 1 }
+            previous = now
+        }
+        return moved
+    }
+
+    /// A child whose state is an enum case is mutated in place, as one at a key path is; the naive way
+    /// copies on every event, which shows the check would see it.
+    @Test func aChildInAnEnumCaseIsMutatedInPlace() {
+        #expect(Self.movedBuffers(screen: Self.screenUpdate(placeholder: true)) == 0)
+        #expect(Self.movedBuffers(screen: Self.screenUpdate(placeholder: false)) > 0)
+    }
+
+    @Test func anEventForAChildInAnotherCaseChangesNothing() {
+        let update = Update<Screen, ScreenEvent, Counter.Effect>.embedCase(
+            Update(Counter.update),
+            state: { if case .counter(let state) = $0 { state } else { nil } },
+            embed: Screen.counter,
+            placeholder: { .loading },
+            event: { if case .counter(let event) = $0 { event } else { nil } },
+            effect: { $0 },
+            absent: { _ in [] }
+        )
+        var screen = Screen.loading
+        #expect(update(&screen, .counter(.increment)).isEmpty)
+        guard case .loading = screen else {
+            Issue.record("the state changed")
+            return
+        }
+    }
 }
