@@ -235,6 +235,47 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         return outer
     }
 
+    /// This router's routes, then `other`'s: an effect goes to the first route that takes it, with the
+    /// lifecycle, error mapping and stop request of the router whose route that is.
+    ///
+    /// How a parent puts its features' routers, and its own, into one table.
+    @inlinable
+    public func combined(with other: EffectRouter) -> EffectRouter {
+        let mine = self
+        var combined = EffectRouter(lifecycleOf: { effect in
+            mine.performer(for: effect) != nil ? mine.lifecycleOf(effect) : other.lifecycleOf(effect)
+        })
+        combined.routes = routes + other.routes
+        combined.hasAsyncRoutes = hasAsyncRoutes || other.hasAsyncRoutes
+        if errorMapping != nil || other.errorMapping != nil {
+            combined.errorMapping = { effect, error in
+                mine.performer(for: effect) != nil
+                    ? mine.errorMapping?(effect, error) : other.errorMapping?(effect, error)
+            }
+        }
+        if stopRequest != nil || other.stopRequest != nil {
+            combined.stopRequest = { effect in mine.stopRequest?(effect) ?? other.stopRequest?(effect) }
+        }
+        return combined
+    }
+
+    /// This router with a child's routes added: the child's effects are found in this router's by
+    /// `effect`, and the events its handlers send are lifted by `event`.
+    ///
+    /// ```swift
+    /// let router = EffectRouter<AppEffect, AppEvent>()
+    ///     .route({ if case .log(let line) = $0 { line } else { nil } }, to: Logger())
+    ///     .embedding(Checkout.router, effect: { if case .checkout(let e) = $0 { e } else { nil } }, event: AppEvent.checkout)
+    /// ```
+    @inlinable
+    public func embedding<ChildEffect: Sendable, ChildEvent: Sendable>(
+        _ child: EffectRouter<ChildEffect, ChildEvent>,
+        effect: @escaping @Sendable (Effect) -> ChildEffect?,
+        event: @escaping @Sendable (ChildEvent) -> Event
+    ) -> EffectRouter {
+        combined(with: child.mapEvents(event).pullback(effect))
+    }
+
     /// The performer the first matching route chooses for `effect`, or `nil` when no route accepts it.
     @inlinable
     package func performer(for effect: Effect) -> Performer? {
