@@ -19,7 +19,7 @@ public import LoopCore
 /// let loop = Loop(program: Program(first: first, update: app.update), effects: app.effects)
 /// ```
 ///
-/// The update stays pure and is tested as before; the embedded update is ``LoopCore/Update/embed(_:state:event:effect:)``,
+/// The update stays pure and is tested as before; the embedded update is ``/LoopCore/Update/embed(_:state:event:effect:)``,
 /// so the child's state is mutated in place.
 public struct Feature<State, Event: Sendable, Effect: Sendable>: Sendable {
     /// The feature's logic.
