@@ -68,6 +68,23 @@ enum Measure {
         _ = glibcMallocTrim(0)
     }
 
+    /// Pins the calling thread to `core` (modulo the cores there are), where the system allows it.
+    static func pin(toCore core: Int) {
+        let cores = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+        var set = cpu_set_t()
+        withUnsafeMutableBytes(of: &set) { bytes in
+            let target = core % cores
+            bytes[target / 8] |= UInt8(1 << (target % 8))
+        }
+        // glibc's `sched_setaffinity`, which the Glibc module does not export (it needs _GNU_SOURCE).
+        typealias SetAffinity = @convention(c) (pid_t, Int, UnsafeRawPointer) -> Int32
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "sched_setaffinity") else { return }
+        _ = withUnsafeBytes(of: &set) { bytes -> Int32 in
+            guard let base = bytes.baseAddress else { return -1 }
+            return unsafeBitCast(symbol, to: SetAffinity.self)(0, bytes.count, base)
+        }
+    }
+
     /// Writes `text` to standard error in one call.
     static func printError(_ text: String) {
         var text = text

@@ -397,7 +397,14 @@ enum Workloads {
             let loop = Loop(program: Program(first: First(state: 0), update: counting), effects: EffectRouter())
             let seconds = try await whileRunning(loop) {
                 await Measure.seconds {
-                    let senders = (0..<2).map { _ in OSThread { for event in events { loop.send(event) } } }
+                    // Each sender on a core of its own, so they really contend: unpinned, the scheduler
+                    // often ran them one after the other, and the figure was bimodal (6.5M or 20M+).
+                    let senders = (0..<2).map { core in
+                        OSThread {
+                            Measure.pin(toCore: core)
+                            for event in events { loop.send(event) }
+                        }
+                    }
                     for sender in senders { sender.join() }
                 }
             }
@@ -410,7 +417,7 @@ enum Workloads {
         }
         return Outcome(
             workload: "w5",
-            title: "two senders on two threads, \(2 * half) events",
+            title: "two senders on two threads pinned to two cores, \(2 * half) events",
             perSecond: Measure.median(rates),
             rawPerSecond: Measure.median(raws),
             runs: sizes.runs,
