@@ -29,7 +29,8 @@ import Testing
                 pid=$!
                 exec 3> '\(scratch)/in'
                 printf '%s\\n' '\(jobs)' >&3
-                until [ "$(grep -c journaled '\(scratch)/acks')" -ge \(acknowledgedAtLeast) ]; do sleep 0.005; done
+                # Until enough acknowledgements, or the demo is gone (then the checks below fail, never hang).
+                until [ "$(grep -c journaled '\(scratch)/acks')" -ge \(acknowledgedAtLeast) ] || ! kill -0 $pid 2>/dev/null; do sleep 0.005; done
                 kill -9 $pid
                 wait $pid
                 echo "killed=$?"
@@ -77,7 +78,7 @@ import Testing
                 pid=$!
                 exec 3> '\(scratch)/in'
                 printf '%s\\n' '\(jobs.replacingOccurrences(of: "'", with: "'\\''"))' >&3
-                until [ "$(wc -l < '\(scratch)/out1')" -ge \(firstKill) ]; do sleep 0.005; done
+                until [ "$(wc -l < '\(scratch)/out1')" -ge \(firstKill) ] || ! kill -0 $pid 2>/dev/null; do sleep 0.005; done
                 kill -9 $pid
                 wait $pid
                 echo "killed=$?"

@@ -63,7 +63,7 @@ import Testing
             pid=$!
             exec 3> '\(scratch)/in'
             echo 'run a -- true' >&3
-            until grep -q 'a succeeded' '\(scratch)/out'; do sleep 0.005; done
+            until grep -q 'a succeeded' '\(scratch)/out' || ! kill -0 $pid 2>/dev/null; do sleep 0.005; done
             "$DEMO" --store '\(scratch)/store'
             echo "second=$?"
             exec 3>&-
@@ -194,7 +194,7 @@ import Testing
             echo 'run slow -- sleep 30' >&3
             echo 'run later -- true' >&3
             echo 'run after -- true' >&3
-            until grep -q 'started slow' '\(scratch)/out'; do sleep 0.02; done
+            until grep -q 'started slow' '\(scratch)/out' || ! kill -0 $pid 2>/dev/null; do sleep 0.02; done
             kill -TERM $pid
             wait $pid
             echo "exit=$?" >> '\(scratch)/out'
@@ -220,9 +220,9 @@ import Testing
             pid=$!
             exec 3> '\(scratch)/in'
             echo "run slow -- echo \\$\\$ > '\(scratch)/job'; exec sleep 30" >&3
-            until [ -s '\(scratch)/job' ]; do sleep 0.02; done
+            until [ -s '\(scratch)/job' ] || ! kill -0 $pid 2>/dev/null; do sleep 0.02; done
             kill -TERM $pid
-            until grep -q 'shutting down' '\(scratch)/out'; do sleep 0.02; done
+            until grep -q 'shutting down' '\(scratch)/out' || ! kill -0 $pid 2>/dev/null; do sleep 0.02; done
             kill -INT $pid
             wait $pid
             echo "exit=$?" >> '\(scratch)/out'
@@ -245,7 +245,7 @@ import Testing
             pid=$!
             exec 3> '\(scratch)/in'
             echo 'run quick -- true' >&3
-            until grep -q 'quick succeeded' '\(scratch)/out'; do sleep 0.02; done
+            until grep -q 'quick succeeded' '\(scratch)/out' || ! kill -0 $pid 2>/dev/null; do sleep 0.02; done
             kill -HUP $pid
             wait $pid
             echo "exit=$?" >> '\(scratch)/out'
@@ -364,10 +364,10 @@ import Testing
             exec 3> '\(scratch)/in'
             echo 'run b1 -- sleep 0.2 > /dev/null 2>&1 &' >&3
             echo 'run b2 -- sleep 0.2 > /dev/null 2>&1 &' >&3
-            until grep -q 'b2 succeeded' '\(scratch)/out'; do sleep 0.02; done
+            until grep -q 'b2 succeeded' '\(scratch)/out' || ! kill -0 $pid 2>/dev/null; do sleep 0.02; done
             while ps --ppid $pid -o stat=,comm= | grep -v '^Z' | grep -q sleep; do sleep 0.02; done
             echo 'run t -- true' >&3
-            until grep -q 't succeeded' '\(scratch)/out'; do sleep 0.02; done
+            until grep -q 't succeeded' '\(scratch)/out' || ! kill -0 $pid 2>/dev/null; do sleep 0.02; done
             echo "zombies=$(ps --ppid $pid -o stat= | grep -c '^Z')"
             exec 3>&-
             wait $pid
@@ -450,7 +450,7 @@ import Testing
             exec 3> '\(scratch)/in'
             for n in 1 2 3 4 5 6 7 8; do echo "run job$n -- echo $n" >&3; done
             echo 'run slow -- sleep 29.5' >&3
-            until grep -q 'started slow' '\(scratch)/out'; do sleep 0.02; done
+            until grep -q 'started slow' '\(scratch)/out' || ! kill -0 $pid 2>/dev/null; do sleep 0.02; done
             kill -9 $pid
             wait $pid
             echo "killed=$?"
