@@ -61,6 +61,11 @@ public enum RecordFrame {
         for shift in stride(from: 0, to: 32, by: 8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt32(shift))) }
     }
 
+    /// The payload length a frame's header declares (the header's first word).
+    static func declaredLength(_ header: [UInt8]) -> Int {
+        header.count >= headerSize ? Int(word(header, at: 0)) : 0
+    }
+
     private static func word(_ bytes: [UInt8], at offset: Int) -> UInt32 {
         (0..<4).reduce(UInt32(0)) { $0 | UInt32(bytes[offset + $1]) << UInt32(8 * $1) }
     }

@@ -153,10 +153,14 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         if failures.any.load(ordering: .acquiring), failures.reasons.withLock({ $0[streamOf(id)] }) != nil {
             return .rejected(.failed)
         }
-        let overflowing = residents.withLock { residents -> Bool in
-            residents.touch(id)
-            return passivation.maximumLive.map { residents.count > $0 } ?? false
-        }
+        // Who is live, and since when, matters only to passivation: a group without it takes no lock here.
+        let passivates = passivation.maximumLive != nil || passivation.idleAfter != nil
+        let overflowing =
+            passivates
+            && residents.withLock { residents -> Bool in
+                residents.touch(id)
+                return passivation.maximumLive.map { residents.count > $0 } ?? false
+            }
         var delivery = core.send(input, to: id)
         // A loop passivated after this sender found it refuses; looking again starts a new one.
         var attempts = 0

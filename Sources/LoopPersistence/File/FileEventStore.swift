@@ -509,7 +509,7 @@ public final class FileEventStore: EventStore {
         guard header.count == RecordFrame.headerSize else {
             throw corruption(at: location, "the file ends in a header")
         }
-        let length = Int(header.prefix(4).reversed().reduce(UInt32(0)) { $0 << 8 | UInt32($1) })
+        let length = RecordFrame.declaredLength(header)
         guard length <= RecordFrame.maximumPayload else {
             throw corruption(at: location, "a length of \(length) bytes")
         }
