@@ -30,6 +30,8 @@ struct Sizes {
     var w7Events: Int
     var w8Entities: Int
     var w9Entities: Int
+    var w12Callers: Int
+    var w12Requests: Int
 
     static let full = Sizes(
         runs: 5,
@@ -43,7 +45,9 @@ struct Sizes {
         w6Loops: 100_000,
         w7Events: 200_000,
         w8Entities: 100_000,
-        w9Entities: 1_000_000
+        w9Entities: 1_000_000,
+        w12Callers: 1_000,
+        w12Requests: 100
     )
     static let quick = Sizes(
         runs: 3,
@@ -57,7 +61,9 @@ struct Sizes {
         w6Loops: 10_000,
         w7Events: 20_000,
         w8Entities: 5_000,
-        w9Entities: 20_000
+        w9Entities: 20_000,
+        w12Callers: 100,
+        w12Requests: 20
     )
 }
 

@@ -264,6 +264,9 @@ struct Finish<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// Tasks waiting for the loop to be idle: it is, for good.
     @usableFromInline
     var idleWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Requests the loop took: those still without a reply fail, the loop has stopped.
+    @usableFromInline
+    var requests: [any PendingRequest] = []
 
     @inlinable
     init(ending: LoopReport.Ending, host: Host?) {

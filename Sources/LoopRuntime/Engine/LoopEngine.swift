@@ -149,6 +149,10 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// Events the router made of failed or timed-out effects, not delivered yet.
     @usableFromInline
     var pendingMapped = 0
+    /// Requests sent to this loop, failed when it stops if they have no reply by then. Those settled are
+    /// swept out when the array is full, so it stays within twice the number waiting.
+    @usableFromInline
+    var requests: [any PendingRequest] = []
 
     @inlinable
     init(machine: Machine<State, Event, Effect>, router: EffectRouter<Effect, Event>, policy: InboxPolicy, timed: Bool)
@@ -456,6 +460,21 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         return waiting.map { TurnedAway(event: $0.event, sender: $0.continuation) }
     }
 
+    // MARK: Requests
+
+    /// Holds `request`, sent to this loop and taken, so the loop's stop can fail it; `false` if the loop
+    /// has already stopped (then nothing will reply: the caller fails it).
+    @inlinable
+    mutating func register(_ request: any PendingRequest) -> Bool {
+        if case .stopped = lifecycle { return false }
+        if requests.count == requests.capacity && requests.count >= 16 {
+            requests.removeAll { $0.isSettled }
+            if requests.count > requests.capacity / 2 { requests.reserveCapacity(requests.capacity * 2) }
+        }
+        requests.append(request)
+        return true
+    }
+
     // MARK: Stopping
 
     /// Graceful stop. A running loop stops taking events from outside and finishes once its queued
@@ -520,6 +539,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         finish.idleWaiters = takeIdleWaiters()
         finish.startWaiters = startWaiters.map { $0.waiter }
         startWaiters = []
+        finish.requests = requests
+        requests = []
         pendingMapped = 0
         return finish
     }

@@ -82,20 +82,33 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     @inlinable
     @discardableResult
     public func send(_ event: Event, to id: ID) -> Delivery {
+        deliver(event, to: id).delivery
+    }
+
+    /// Sends `event` to the loop for `id`, creating it if needed; the delivery, and the loop that took
+    /// the event.
+    @inlinable
+    func deliver(
+        _ event: Event,
+        to id: ID,
+        holding request: (any PendingRequest)? = nil
+    ) -> (delivery: Delivery, loop: Loop<State, Event, Effect>?) {
         switch members.withLock({ $0.lookup(id) }) {
         case .found(let loop):
-            return loop.send(event)
+            return (request.map { loop.receive(event, from: .outside, holding: $0) } ?? loop.send(event), loop)
         case .rejected(let rejection):
             context.observeGroup(.eventRejected(event, reason: rejection), entity: id)
-            return .rejected(rejection)
+            return (.rejected(rejection), nil)
         case .absent:
-            return create(id, with: event)
+            let (delivery, loop) = create(id, with: event)
+            if let request, delivery.isAccepted { loop?.hold(request) }
+            return (delivery, loop)
         }
     }
 
     /// Creates the loop for `id`, outside the lock, and inserts it with `event`.
     @inlinable
-    func create(_ id: ID, with event: Event) -> Delivery {
+    func create(_ id: ID, with event: Event) -> (delivery: Delivery, loop: Loop<State, Event, Effect>?) {
         let loop = Loop(program: program(id), context: context, entity: id) { [weak self] loop, notice in
             switch notice {
             case .stopped: self?.release(loop)
@@ -105,16 +118,34 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         let insertion = members.withLock { $0.insert(loop, for: id, event: event) }
         switch insertion {
         case .found(let existing):
-            return existing.send(event)
+            return (existing.send(event), existing)
         case .rejected(let rejection):
             context.observeGroup(.eventRejected(event, reason: rejection), entity: id)
-            return .rejected(rejection)
+            return (.rejected(rejection), nil)
         case .inserted(let delivery, let first):
             if case .rejected(let rejection) = delivery {
                 context.observeGroup(.eventRejected(event, reason: rejection), entity: id)
             }
             if let first { loop.start(with: first) }
-            return delivery
+            return (delivery, loop)
+        }
+    }
+
+    /// Sends the event `make` builds around a new ``/LoopCore/ReplyTo`` to the loop for `id` (creating
+    /// it if needed) and waits for the reply its update decides, exactly as ``Loop/request(timeout:_:)``
+    /// does for a standalone loop, with the same errors.
+    ///
+    /// ```swift
+    /// let balance = try await accounts.request(to: accountID, timeout: .seconds(1)) { .balance(replyTo: $0) }
+    /// ```
+    @inlinable
+    public func request<Value: Sendable>(
+        to id: ID,
+        timeout: Duration? = nil,
+        _ make: (ReplyTo<Value>) -> Event
+    ) async throws(RequestError) -> Value {
+        try await Requests.perform(timeout: timeout, clock: context.clock, make: make) { event, waiter in
+            deliver(event, to: id, holding: waiter).delivery
         }
     }
 

@@ -145,6 +145,7 @@ extension Loop {
     @usableFromInline
     func complete(_ finish: Finish<State, Event, Effect>) {
         for subscriber in finish.subscribers { subscriber.resume(returning: nil) }
+        for request in finish.requests { request.fail(.loopStopped) }
         for turned in finish.senders {
             observe(.eventRejected(turned.event, reason: .stopped))
             turned.sender.resume(returning: .rejected(.stopped))

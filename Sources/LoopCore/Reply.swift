@@ -1,0 +1,98 @@
+/// Where the answer to one request goes: a value the caller puts into the event it sends, which the
+/// update keeps (in its state, while it waits for an effect) or answers at once with ``reply(_:)``.
+///
+/// The reply is an effect like any other, so a test asserts it as a value, with a `ReplyTo` made for
+/// the test:
+///
+/// ```swift
+/// enum Event { case quote(Item, replyTo: ReplyTo<Price>) }
+/// enum Effect: Equatable { case answer(Reply<Price>) }
+///
+/// let replyTo = ReplyTo<Price>(id: 1)
+/// #expect(update(state, .quote(.book, replyTo: replyTo)) == Next(state, [.answer(replyTo.reply(12))]))
+/// ```
+///
+/// The runtime makes the real ones (`Loop.request`, in `LoopRuntime`), and delivers a reply when the
+/// router's `replies(_:)` route performs it. Two `ReplyTo`s are equal when they have the same id.
+public struct ReplyTo<Value: Sendable>: Sendable, Hashable, CustomStringConvertible {
+    /// The request's id, unique within the process for the runtime's requests.
+    public let id: UInt64
+    /// Where the runtime delivers the reply; `nil` for one made by a test, whose replies go nowhere.
+    package let channel: (any ReplyChannel<Value>)?
+
+    /// A reply address that goes nowhere, for tests of an update: its replies are values to compare.
+    public init(id: UInt64) {
+        self.id = id
+        self.channel = nil
+    }
+
+    /// A reply address whose replies go to `channel`: how the runtime makes one.
+    @usableFromInline
+    package init(id: UInt64, channel: any ReplyChannel<Value>) {
+        self.id = id
+        self.channel = channel
+    }
+
+    /// The reply carrying `value` to this request, as an effect value for the update to return.
+    @inlinable
+    public func reply(_ value: Value) -> Reply<Value> {
+        Reply(to: self, value: value)
+    }
+
+    /// Equal when the ids are equal.
+    public static func == (lhs: ReplyTo, rhs: ReplyTo) -> Bool { lhs.id == rhs.id }
+
+    /// Hashes the id.
+    public func hash(into hasher: inout Hasher) { hasher.combine(id) }
+
+    /// `ReplyTo(#id)`.
+    public var description: String { "ReplyTo(#\(id))" }
+}
+
+/// The answer to one request: a value the update returns as (part of) an effect, performed by the
+/// router's `replies(_:)` route, which hands it to the waiting caller.
+public struct Reply<Value: Sendable>: Sendable, CustomStringConvertible {
+    /// The request it answers.
+    public let to: ReplyTo<Value>
+    /// The answer.
+    public let value: Value
+
+    /// The reply carrying `value` to `to`.
+    public init(to: ReplyTo<Value>, value: Value) {
+        self.to = to
+        self.value = value
+    }
+
+    /// Hands the value to the caller waiting for it; `false` if none waits any more (it gave up: its
+    /// deadline passed or its task was cancelled; or it already has a reply), or if the address was made
+    /// by a test.
+    @discardableResult
+    public func deliver() -> Bool {
+        to.channel?.answer(value) ?? false
+    }
+
+    /// `reply to #id: value`.
+    public var description: String { "reply to #\(to.id): \(value)" }
+}
+
+extension Reply: Equatable where Value: Equatable {
+    /// Equal when they answer the same request with equal values.
+    public static func == (lhs: Reply, rhs: Reply) -> Bool { lhs.to == rhs.to && lhs.value == rhs.value }
+}
+
+extension Reply: Hashable where Value: Hashable {
+    /// Hashes the request's id and the value.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(to)
+        hasher.combine(value)
+    }
+}
+
+/// Where the runtime delivers the reply to one request. Implemented by `LoopRuntime`.
+@usableFromInline
+package protocol ReplyChannel<Value>: AnyObject, Sendable {
+    /// The reply's type.
+    associatedtype Value: Sendable
+    /// Hands `value` to the waiting caller; `false` if none waits any more.
+    func answer(_ value: Value) -> Bool
+}
