@@ -1,5 +1,9 @@
-/// How the runtime schedules one effect: its policy, its key, and its timeout; or a request to cancel
-/// every effect with a key.
+/// How the runtime schedules one effect: its policy, its key, its timeout, and when it may start (after
+/// a delay, a quiet period, or once per interval); or a request to cancel every effect with a key.
+///
+/// Time is measured on the loop's injected clock, so a test drives delays, debounces and throttles with
+/// a manual clock. Lifecycles schedule effects performed by an asynchronous ``EffectHandler``; a
+/// ``SyncEffectHandler`` runs its effect inline, at once.
 ///
 /// An effect's lifecycle is a value the update decides (see ``ManagedEffect``), so a test asserts it
 /// like any other value:
@@ -20,6 +24,10 @@ public struct EffectLifecycle: Hashable, Sendable, CustomStringConvertible {
         case dropIfRunning
         /// Start nothing; cancel every effect with the key, running or queued.
         case cancel
+        /// Start at most one per ``EffectLifecycle/interval``: the first at once; one asked for within
+        /// the interval is dropped, or, when the lifecycle keeps the latest, waits (replacing any earlier
+        /// one waiting) and starts when the interval ends, which opens the next one.
+        case throttle
     }
 
     /// The policy.
@@ -28,11 +36,29 @@ public struct EffectLifecycle: Hashable, Sendable, CustomStringConvertible {
     public let key: EffectKey?
     /// How long the effect may run before it is cancelled and reported as timed out.
     public let timeout: Duration?
+    /// How long after it is let in the effect starts; until then it can be cancelled by its key (and a
+    /// newer `latest` one with its key replaces it: a debounce). `nil`: at once.
+    public let delay: Duration?
+    /// A throttle's interval: at most one effect with the key starts per interval.
+    public let interval: Duration?
+    /// Whether a throttle keeps the latest effect asked for within an interval, to start it when the
+    /// interval ends (`true`), or drops it (`false`).
+    public let keepsLatest: Bool
 
-    private init(policy: Policy, key: EffectKey?, timeout: Duration?) {
+    private init(
+        policy: Policy,
+        key: EffectKey?,
+        timeout: Duration?,
+        delay: Duration? = nil,
+        interval: Duration? = nil,
+        keepsLatest: Bool = false
+    ) {
         self.policy = policy
         self.key = key
         self.timeout = timeout
+        self.delay = delay
+        self.interval = interval
+        self.keepsLatest = keepsLatest
     }
 
     /// Starts at once; a key lets ``cancel(_:)`` reach it. `.concurrent()`, with no key and no timeout,
@@ -61,10 +87,60 @@ public struct EffectLifecycle: Hashable, Sendable, CustomStringConvertible {
         EffectLifecycle(policy: .cancel, key: key, timeout: nil)
     }
 
-    /// The policy, key and timeout, as a factory call would read.
+    /// Starts `delay` after it is let in (on the loop's clock), concurrently with everything else. Until
+    /// then a `cancel` of its `key` cancels it; a graceful stop cancels it too, since it has not started.
+    ///
+    /// ```swift
+    /// case .retryAfter(let job, let delay): .delayed(by: delay, key: "retry-\(job)")
+    /// ```
+    public static func delayed(
+        by delay: Duration,
+        key: EffectKey? = nil,
+        timeout: Duration? = nil
+    )
+        -> EffectLifecycle
+    {
+        EffectLifecycle(policy: .concurrent, key: key, timeout: timeout, delay: delay)
+    }
+
+    /// Starts once `quiet` has passed without another effect with `key` being asked for: each new one
+    /// cancels those waiting or running under `key` and waits `quiet` again. A burst of searches typed
+    /// within `quiet` of each other starts one search, for the last.
+    public static func debounce(_ key: EffectKey, for quiet: Duration, timeout: Duration? = nil) -> EffectLifecycle {
+        EffectLifecycle(policy: .latest, key: key, timeout: timeout, delay: quiet)
+    }
+
+    /// Starts at most one effect with `key` per `interval`: the first at once, and one asked for within
+    /// the interval either waits for its end (`latest: true`, the default; a newer one replaces it, and
+    /// the one replaced is reported dropped) or is dropped (`latest: false`).
+    public static func throttle(
+        _ key: EffectKey,
+        every interval: Duration,
+        latest: Bool = true,
+        timeout: Duration? = nil
+    ) -> EffectLifecycle {
+        EffectLifecycle(policy: .throttle, key: key, timeout: timeout, interval: interval, keepsLatest: latest)
+    }
+
+    /// The lifecycle as a factory call would read.
     public var description: String {
         let key = self.key.map { #""\#($0)""# } ?? ""
-        let timeout = self.timeout.map { (key.isEmpty ? "" : ", ") + "timeout: \($0)" } ?? ""
-        return ".\(policy)(\(key)\(timeout))"
+        var arguments: [String] = key.isEmpty ? [] : [key]
+        switch policy {
+        case .throttle:
+            if let interval { arguments.append("every: \(interval)") }
+            if !keepsLatest { arguments.append("latest: false") }
+        case .latest where delay != nil:
+            return ".debounce(\(key), for: \(delay.map { "\($0)" } ?? ""))"
+                + (timeout.map { ", timeout: \($0)" } ?? "")
+        case .concurrent where delay != nil:
+            arguments.insert("by: \(delay.map { "\($0)" } ?? "")", at: 0)
+            if !key.isEmpty { arguments[1] = "key: " + key }
+            return ".delayed(\(arguments.joined(separator: ", "))\(timeout.map { ", timeout: \($0)" } ?? ""))"
+        default:
+            break
+        }
+        if let timeout { arguments.append("timeout: \(timeout)") }
+        return ".\(policy)(\(arguments.joined(separator: ", ")))"
     }
 }

@@ -28,27 +28,23 @@ extension JobRunner {
         public var command: String
     }
 
-    /// Waits for a retry's backoff on the injected clock, then reports that it is due.
-    public struct RetryTimer<C: Clock>: EffectHandler where C.Duration == Duration {
-        let clock: C
+    /// Reports that a retry is due. The backoff is not slept here: `retryAfter` is a delayed effect
+    /// (``JobRunner/Effect/lifecycle``), so the loop starts this handler once the delay has passed on its
+    /// clock, and a `stopRetry` cancels it while it waits.
+    public struct RetryHandler: EffectHandler {
+        /// Creates the handler.
+        public init() {}
 
-        /// Creates the timer on `clock`.
-        public init(clock: C) {
-            self.clock = clock
-        }
-
-        /// Sleeps `delay`, then sends `.retryDue`.
-        public func handle(_ retry: (name: String, attempt: Int, delay: Duration), send: Send<Event>) async throws {
-            try await clock.sleep(for: retry.delay)
+        /// Sends `.retryDue`.
+        public func handle(_ retry: (name: String, attempt: Int), send: Send<Event>) async throws {
             send(.retryDue(name: retry.name, attempt: retry.attempt))
         }
     }
 
-    /// How the demo's effects are performed: processes through `shell`, backoffs on `clock`, output to
-    /// `console`; the `stop` effect stops the loop itself.
+    /// How the demo's effects are performed: processes through `shell`, output to `console`; the `stop`
+    /// effect stops the loop itself. Backoffs wait on the loop's clock, as delayed effects.
     public static func router(
         shell: any Shell,
-        clock: some Clock<Duration>,
         console: Console,
         metrics: (@Sendable () -> String)? = nil
     ) -> EffectRouter<Effect, Event> {
@@ -71,8 +67,8 @@ extension JobRunner {
                 to: RunHandler(shell: shell)
             )
             .route(
-                { if case .retryAfter(let name, let attempt, let delay) = $0 { (name, attempt, delay) } else { nil } },
-                to: RetryTimer(clock: clock)
+                { if case .retryAfter(let name, let attempt, _) = $0 { (name, attempt) } else { nil } },
+                to: RetryHandler()
             )
             .route(
                 { if case .report(let line) = $0 { line } else { nil } },

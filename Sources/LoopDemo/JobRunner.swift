@@ -183,7 +183,7 @@ public enum JobRunner {
         public var lifecycle: EffectLifecycle {
             switch self {
             case .run(let name, _, _, let timeout): .concurrent("run-\(name)", timeout: timeout)
-            case .retryAfter(let name, _, _): .concurrent("retry-\(name)")
+            case .retryAfter(let name, _, let delay): .delayed(by: delay, key: "retry-\(name)")
             case .stopRun(let name): .cancel("run-\(name)")
             case .stopRetry(let name): .cancel("retry-\(name)")
             case .report, .problem, .progress, .stop, .printMetrics: .concurrent()

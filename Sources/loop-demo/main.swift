@@ -186,7 +186,6 @@ func run(stdin: Bool, journalPath: String?, acks: Bool, storePath: String?) asyn
     let metrics = MetricsObserver<JobRunner.Event, JobRunner.Effect>()
     let router = JobRunner.router(
         shell: SystemShell(guardExecutable: executable),
-        clock: ContinuousClock(),
         console: console,
         metrics: { metrics.render() }
     )

@@ -79,6 +79,12 @@ import Testing
         #expect(second.effects.last == .retryAfter(name: "a", attempt: 3, delay: .milliseconds(200)))
     }
 
+    @Test func aBackoffIsADelayedEffectThatStopRetryCancels() {
+        let retry = JobRunner.Effect.retryAfter(name: "a", attempt: 2, delay: .milliseconds(100))
+        #expect(retry.lifecycle == .delayed(by: .milliseconds(100), key: "retry-a"))
+        #expect(JobRunner.Effect.stopRetry(name: "a").lifecycle == .cancel("retry-a"))
+    }
+
     @Test func aJobThatExhaustsItsRetriesIsReportedFailed() {
         var state = submitted(["a"], retries: 1)
         _ = update(&state, .exited(name: "a", attempt: 1, status: 3, output: ""))

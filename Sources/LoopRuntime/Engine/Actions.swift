@@ -62,7 +62,7 @@ struct Admitted<Effect: Sendable, Event: Sendable>: Sendable {
 
     /// Whether the loop can cancel it on its own or time it out, so its handler runs in a task of its own.
     @inlinable
-    var isControlled: Bool { lifecycle.key != nil || lifecycle.timeout != nil }
+    var isControlled: Bool { lifecycle.key != nil || lifecycle.timeout != nil || lifecycle.delay != nil }
 }
 
 extension Admitted: Equatable where Effect: Equatable {
@@ -85,6 +85,12 @@ enum Admission<Effect: Sendable, Event: Sendable> {
     case dropped
     /// A `cancel` effect: call `cancelling`, report `cancelled`; the effect itself starts nothing.
     case cancel(cancelling: [CancelHandle], cancelled: [Effect])
+    /// A throttled effect that starts now and opens an interval of its key: start it, and end the
+    /// interval after `interval` (``LoopEngine/intervalEnded(_:)``).
+    case throttled(Admitted<Effect, Event>, interval: Duration)
+    /// A throttled effect that waits for the end of its key's interval; it replaced `replacing`, which
+    /// was waiting and is now dropped.
+    case held(replacing: Effect?)
 }
 
 extension Admission: Equatable where Effect: Equatable {}

@@ -20,13 +20,27 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         var cancel: CancelHandle?
         @usableFromInline
         var cancelRequested = false
+        /// Whether it waits for a delay before it begins (a graceful stop cancels it while it waits).
+        @usableFromInline
+        var delayed: Bool
 
         @inlinable
-        init(effect: Effect, key: EffectKey?, begun: Bool) {
+        init(effect: Effect, key: EffectKey?, begun: Bool, delayed: Bool = false) {
             self.effect = effect
             self.key = key
             self.begun = begun
+            self.delayed = delayed
         }
+    }
+
+    /// A throttle's interval under way for one key, and the effect waiting for its end, if any.
+    @usableFromInline
+    struct Window {
+        @usableFromInline
+        var pending: Admitted<Effect, Event>?
+
+        @inlinable
+        init() {}
     }
 
     /// How an effect ended, once the loop's own decisions are counted.
@@ -74,6 +88,9 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     /// Effects reported timed out whose handlers have not returned yet.
     @usableFromInline
     var stragglers: Set<UInt64> = []
+    /// The throttle intervals under way, by key.
+    @usableFromInline
+    var windows: [EffectKey: Window] = [:]
 
     @inlinable
     init(tracksAll: Bool) {
@@ -115,6 +132,8 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
             case .cancel:
                 let (handles, queued) = cancel(key, report: &report)
                 return .cancel(cancelling: handles, cancelled: queued)
+            case .throttle:
+                return throttle(effect, lifecycle, perform, key: key, report: &report)
             default:
                 break
             }
@@ -123,6 +142,78 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         let admitted = Admitted(id: nextID, effect: effect, lifecycle: lifecycle, perform: perform)
         enroll(admitted, report: &report)
         return .start(admitted, cancelling: cancelling, cancelled: cancelled)
+    }
+
+    /// Admits a throttled effect: it starts now and opens an interval, or, within one, waits for its end
+    /// (replacing the one waiting) or is dropped.
+    @inlinable
+    mutating func throttle(
+        _ effect: Effect,
+        _ lifecycle: EffectLifecycle,
+        _ perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void,
+        key: EffectKey,
+        report: inout LoopReport
+    ) -> Admission<Effect, Event> {
+        guard var window = windows[key] else {
+            nextID &+= 1
+            let admitted = Admitted(id: nextID, effect: effect, lifecycle: lifecycle, perform: perform)
+            windows[key] = Window()
+            enroll(admitted, report: &report)
+            return .throttled(admitted, interval: lifecycle.interval ?? .zero)
+        }
+        guard lifecycle.keepsLatest else {
+            report.effectsDropped += 1
+            return .dropped
+        }
+        nextID &+= 1
+        let replaced = window.pending?.effect
+        if replaced != nil { report.effectsDropped += 1 }
+        window.pending = Admitted(id: nextID, effect: effect, lifecycle: lifecycle, perform: perform)
+        windows[key] = window
+        return .held(replacing: replaced)
+    }
+
+    /// The throttle interval of `key` ended: the effect that waited for it, now let in, and the interval
+    /// it opens; `nil` when none waited (the key is free again).
+    @inlinable
+    mutating func intervalEnded(_ key: EffectKey, report: inout LoopReport) -> (Admitted<Effect, Event>, Duration)? {
+        guard let window = windows[key] else { return nil }
+        guard let pending = window.pending else {
+            windows[key] = nil
+            return nil
+        }
+        windows[key] = Window()
+        enroll(pending, report: &report)
+        return (pending, pending.lifecycle.interval ?? .zero)
+    }
+
+    /// A delayed effect's task waits for its delay: `cancel` stops the wait. `false` when it must not run
+    /// (cancelled already, or the loop stopped).
+    @inlinable
+    mutating func arm(_ id: UInt64, cancel: CancelHandle) -> Bool {
+        guard var entry = running[id], !entry.cancelRequested else { return false }
+        entry.cancel = cancel
+        running[id] = entry
+        return true
+    }
+
+    /// A graceful stop: effects still waiting for their delay, or for a throttle interval, never start.
+    /// Returns the handles that stop the waits under way, and the waiting throttled effects, which are
+    /// counted cancelled here (the delayed ones are counted as their tasks end).
+    @inlinable
+    mutating func cancelWaiting(report: inout LoopReport) -> ([CancelHandle], [Effect]) {
+        var handles: [CancelHandle] = []
+        for (id, entry) in running where entry.delayed && !entry.begun && !entry.cancelRequested {
+            running[id]?.cancelRequested = true
+            if let cancel = entry.cancel { handles.append(cancel) }
+        }
+        var cancelled: [Effect] = []
+        for key in windows.keys {
+            if let pending = windows[key]?.pending { cancelled.append(pending.effect) }
+            windows[key]?.pending = nil
+        }
+        report.effectsCancelled += cancelled.count
+        return (handles.sorted { $0.id < $1.id }, cancelled)
     }
 
     /// Records `admitted` as running. An uncontrolled effect counts as started here; a controlled one
@@ -135,7 +226,12 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
             uncounted += 1
             return
         }
-        running[admitted.id] = Running(effect: admitted.effect, key: admitted.lifecycle.key, begun: !controlled)
+        running[admitted.id] = Running(
+            effect: admitted.effect,
+            key: admitted.lifecycle.key,
+            begun: !controlled,
+            delayed: admitted.lifecycle.delay != nil
+        )
         if let key = admitted.lifecycle.key {
             activeByKey[key, default: 0] += 1
             cancellableByKey[key, default: []].insert(admitted.id)
@@ -154,10 +250,14 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
             running[id] = entry
         }
         var waiting = queuedByKey.removeValue(forKey: key) ?? Inbox()
-        let queued = waiting.removeAll()
+        var queued = waiting.removeAll().map { $0.effect }
         queuedCount -= queued.count
+        if let pending = windows[key]?.pending {
+            windows[key]?.pending = nil
+            queued.append(pending.effect)
+        }
         report.effectsCancelled += queued.count
-        return (handles, queued.map { $0.effect })
+        return (handles, queued)
     }
 
     /// A controlled effect's task begins: records its cancel handle. `false` when it must not run (it was
@@ -269,6 +369,8 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         for key in queuedByKey.keys {
             for queued in queuedByKey[key]?.removeAll() ?? [] { cancelled.append(queued.effect) }
         }
+        for window in windows.values { if let pending = window.pending { cancelled.append(pending.effect) } }
+        windows = [:]
         report.effectsAbandoned += abandoned.count + uncounted
         uncounted = 0
         report.effectsCancelled += cancelled.count

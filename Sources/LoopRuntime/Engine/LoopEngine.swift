@@ -73,8 +73,17 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         case none
         /// The loop was already stopping on `host`: a shorter grace period may still shorten it.
         case alreadyStopping(Host)
+        /// The loop stops on `host`: turn `senders` away, call `cancelling` (effects waiting for their
+        /// delay never start), report `cancelled` (throttled effects that waited), perform `finish` if
+        /// nothing was left to wait for.
         /// Graceful shutdown began on `host`: turn `senders` away; `finish` if nothing was left to do.
-        case stopping(Host, senders: [TurnedAway<Event>], finish: Finish<State, Event, Effect>?)
+        case stopping(
+            Host,
+            senders: [TurnedAway<Event>],
+            cancelling: [CancelHandle] = [],
+            cancelled: [Effect] = [],
+            finish: Finish<State, Event, Effect>?
+        )
         /// The loop had never run: it stopped for good.
         case finished(Finish<State, Event, Effect>)
     }
@@ -488,7 +497,14 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         case .running(let host, let draining):
             lifecycle = .stopping(host, draining: draining)
             let senders = takeWaitingSenders()
-            return .stopping(host, senders: senders, finish: finishIfQuiet())
+            let (cancelling, cancelled) = effects.cancelWaiting(report: &report)
+            return .stopping(
+                host,
+                senders: senders,
+                cancelling: cancelling,
+                cancelled: cancelled,
+                finish: finishIfQuiet()
+            )
         case .stopping(let host, _):
             return .alreadyStopping(host)
         case .stopped:
@@ -552,6 +568,26 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     mutating func begin(_ id: UInt64, cancel: CancelHandle) -> Bool {
         effects.begin(id, cancel: cancel, report: &report)
+    }
+
+    /// A delayed effect's task starts waiting for its delay; `cancel` ends the wait. `false` when it must
+    /// not run (it was cancelled, or the loop stopped).
+    @inlinable
+    mutating func arm(_ id: UInt64, cancel: CancelHandle) -> Bool {
+        guard !isStopped else { return false }
+        return effects.arm(id, cancel: cancel)
+    }
+
+    /// The throttle interval of `key` ended: the effect that waited for it starts now (with the next
+    /// interval); `nil` if none waited or the loop has stopped.
+    @inlinable
+    mutating func intervalEnded(_ key: EffectKey) -> Dispatch<Effect, Event>? {
+        guard !isStopped, let (admitted, interval) = effects.intervalEnded(key, report: &report) else { return nil }
+        return Dispatch(
+            effects: [admitted.effect],
+            decisions: [Decision(0, .throttled(admitted, interval: interval))],
+            host: host
+        )
     }
 
     /// Effect `admitted`'s handler returned with `result`. `nil` when its end no longer counts (it had
@@ -655,10 +691,11 @@ extension LoopEngine.Stop: Equatable where Event: Equatable, Effect: Equatable {
         case (.none, .none): true
         case (.alreadyStopping(let left), .alreadyStopping(let right)): left === right
         case (
-            .stopping(let left, let leftSenders, let leftFinish),
-            .stopping(let right, let rightSenders, let rightFinish)
+            .stopping(let left, let leftSenders, let leftCancelling, let leftCancelled, let leftFinish),
+            .stopping(let right, let rightSenders, let rightCancelling, let rightCancelled, let rightFinish)
         ):
-            left === right && leftSenders.count == rightSenders.count && leftFinish == rightFinish
+            left === right && leftSenders.count == rightSenders.count && leftCancelling == rightCancelling
+                && leftCancelled == rightCancelled && leftFinish == rightFinish
         case (.finished(let left), .finished(let right)): left == right
         default: false
         }

@@ -29,11 +29,49 @@ extension Loop {
         await performControlled(admitted)
     }
 
+    /// Ends the throttle interval of `key` after `interval` on the loop's clock: the effect that waited for
+    /// it, if any, starts then. Not waited for by a stop: the host cancels it when it ends.
+    @inlinable
+    func endInterval(of key: EffectKey, after interval: Duration, on host: Host?) {
+        guard let host else { return }
+        let clock = context.clock
+        host.spawn(
+            Host.Job(
+                run: {
+                    do { try await clock.sleep(for: interval) } catch { return }
+                    guard let next = self.storage.withLock({ $0.intervalEnded(key) }) else { return }
+                    self.dispatch(next, send: self.effectSend)
+                },
+                abandon: {}
+            )
+        )
+    }
+
+    /// Waits for a delayed effect's delay on the loop's clock; `false` if it was cancelled meanwhile (by
+    /// its key, a graceful stop, or the loop's end).
+    @inlinable
+    func waitForDelay(of admitted: Admitted<Effect, Event>) async -> Bool {
+        guard let delay = admitted.lifecycle.delay else { return true }
+        let clock = context.clock
+        let sleeper = Task { try await clock.sleep(for: delay) }
+        let id = admitted.id
+        guard storage.withLock({ $0.arm(id, cancel: CancelHandle(id: id) { sleeper.cancel() }) }) else {
+            sleeper.cancel()
+            return false
+        }
+        return await withTaskCancellationHandler {
+            (try? await sleeper.value) != nil
+        } onCancel: {
+            sleeper.cancel()
+        }
+    }
+
     /// Runs an effect that may be cancelled on its own or time out. Its handler runs in a task of its own,
     /// so the loop can cancel it, and stop waiting for it at its timeout, whether or not it cooperates.
     @inlinable
     func performControlled(_ admitted: Admitted<Effect, Event>) async {
         let id = admitted.id
+        guard await waitForDelay(of: admitted) else { return ended(admitted, .cancelled) }
         let run = EffectRun()
         guard storage.withLock({ $0.begin(id, cancel: CancelHandle(id: id) { run.cancel() }) }) else {
             return ended(admitted, .cancelled)

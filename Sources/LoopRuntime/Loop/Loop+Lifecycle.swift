@@ -100,12 +100,14 @@ extension Loop {
             return nil
         case .alreadyStopping(let host):
             return host
-        case .stopping(let host, let senders, let finish):
+        case .stopping(let host, let senders, let cancelling, let cancelled, let finish):
             for turned in senders {
                 observe(.eventRejected(turned.event, reason: .stopping))
                 turned.sender.resume(returning: .rejected(.stopping))
             }
             observe(.stopping)
+            for handle in cancelling { handle.cancel() }
+            for effect in cancelled { observe(.effectCancelled(effect)) }
             if let finish { complete(finish) }
             return host
         case .finished(let finish):

@@ -99,6 +99,11 @@ extension Loop {
         case .cancel(let cancelling, let cancelled):
             for handle in cancelling { handle.cancel() }
             for queued in cancelled { observe(.effectCancelled(queued)) }
+        case .throttled(let admitted, let interval):
+            spawn(admitted, on: host)
+            if let key = admitted.lifecycle.key { endInterval(of: key, after: interval, on: host) }
+        case .held(let replaced):
+            if let replaced { observe(.effectDropped(replaced)) }
         }
     }
 

@@ -237,6 +237,11 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         storage.withLock { $0.effects.running.values.count { !$0.cancelRequested } }
     }
 
+    /// How many throttle intervals are under way. For tests, which wait for one to end.
+    package var throttleIntervals: Int {
+        storage.withLock { $0.effects.windows.count }
+    }
+
     /// What the loop has done so far; once stopped, how it stopped.
     public var report: LoopReport {
         var report = storage.withLock { engine in
