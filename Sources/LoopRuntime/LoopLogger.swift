@@ -39,17 +39,18 @@ public struct LoopLogger<Event: Sendable, Effect: Sendable>: LoopObserver {
     /// The line, without the label, that describes `activity`.
     public static func line(for activity: LoopActivity<Event, Effect>) -> String {
         switch activity {
-        case .eventProcessed(let event, let origin, let duration, let depth):
+        case .eventProcessed(let event, let origin, let duration, let depth, let effects):
             "event \(event) from \(origin) processed in \(duration), inbox \(depth)"
+                + (effects.isEmpty ? "" : ", effects \(effects)")
         case .eventRejected(let event, let reason):
             "event \(event) rejected: \(reason)"
         case .eventDropped(let event):
             "event \(event) dropped"
         case .effectStarted(let effect, let lifecycle):
             "effect \(effect) started (\(lifecycle))"
-        case .effectCompleted(let effect):
+        case .effectCompleted(let effect, _):
             "effect \(effect) completed"
-        case .effectFailed(let effect, let error, let mapped):
+        case .effectFailed(let effect, let error, let mapped, _):
             "effect \(effect) failed: \(error)" + (mapped.map { " -> \($0)" } ?? " (unhandled)")
         case .effectCancelled(let effect):
             "effect \(effect) cancelled"

@@ -1,7 +1,7 @@
 internal import LoopCore
 
 /// An observer that counts what a loop does, per event case and per effect case, with a latency
-/// histogram of the update per event case, and renders it all in the Prometheus text exposition
+/// histogram of the update per event case and of the handler per effect case, and renders it all in the Prometheus text exposition
 /// format (version 0.0.4), for a `/metrics` endpoint or a log line.
 ///
 /// ```swift
@@ -19,13 +19,15 @@ internal import LoopCore
 /// ...
 /// # TYPE effectloop_effects_total counter
 /// effectloop_effects_total{effect="run",outcome="completed"} 11
+/// # TYPE effectloop_effect_duration_seconds histogram
+/// effectloop_effect_duration_seconds_bucket{effect="run",le="0.1"} 9
 /// ```
 ///
 /// Cases are named by `label` (by default the enum case's name, found by reflection, so payloads are
 /// never formatted). It keeps one series per label seen; label values are escaped as the format asks.
 /// Thread-safe; each activity costs one lock acquisition.
 public final class MetricsObserver<Event: Sendable, Effect: Sendable>: LoopObserver {
-    /// The upper bounds of the update-latency buckets, in seconds.
+    /// The upper bounds of the latency buckets (the update's and the handlers'), in seconds.
     public let buckets: [Double]
     private let namespace: String
     private let eventLabel: @Sendable (Event) -> String
@@ -46,6 +48,10 @@ public final class MetricsObserver<Event: Sendable, Effect: Sendable>: LoopObser
         /// Effects by effect label and outcome (`started`, `completed`, `failed`, `cancelled`,
         /// `timed_out`, `abandoned`, `dropped`).
         public var effects: [Key: Int] = [:]
+        /// How long handlers ran, per effect label, for the effects that completed or failed.
+        public var effectLatency: [String: Histogram] = [:]
+        /// The effects updates returned, by event label and effect label.
+        public var produced: [Key: Int] = [:]
         /// Event sources that failed.
         public var sourceFailures = 0
         /// The inbox depth seen after the last event.
@@ -113,15 +119,17 @@ public final class MetricsObserver<Event: Sendable, Effect: Sendable>: LoopObser
     /// Counts `activity`.
     public func observe(_ activity: LoopActivity<Event, Effect>) {
         switch activity {
-        case .eventProcessed(let event, let origin, let duration, let depth):
+        case .eventProcessed(let event, let origin, let duration, let depth, let effects):
             let label = eventLabel(event)
-            let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+            let seconds = Self.seconds(duration)
             let bucket = buckets.firstIndex { seconds <= $0 } ?? buckets.count
+            let produced = effects.map { Key(name: label, detail: effectLabel($0)) }
             counts.withLock { counts in
                 counts.processed[Key(name: label, detail: origin.description), default: 0] += 1
                 counts.latency[label, default: Histogram(buckets: Array(repeating: 0, count: buckets.count + 1))]
                     .record(seconds, in: bucket)
                 counts.inboxDepth = depth
+                for key in produced { counts.produced[key, default: 0] += 1 }
             }
         case .eventRejected(let event, let reason):
             let key = Key(name: eventLabel(event), detail: Self.reasonName(reason))
@@ -130,8 +138,8 @@ public final class MetricsObserver<Event: Sendable, Effect: Sendable>: LoopObser
             let label = eventLabel(event)
             counts.withLock { $0.dropped[label, default: 0] += 1 }
         case .effectStarted(let effect, _): count(effect, "started")
-        case .effectCompleted(let effect): count(effect, "completed")
-        case .effectFailed(let effect, _, _): count(effect, "failed")
+        case .effectCompleted(let effect, let duration): count(effect, "completed", ran: duration)
+        case .effectFailed(let effect, _, _, let duration): count(effect, "failed", ran: duration)
         case .effectCancelled(let effect): count(effect, "cancelled")
         case .effectTimedOut(let effect, _, _): count(effect, "timed_out")
         case .effectAbandoned(let effect): count(effect, "abandoned")
@@ -141,9 +149,20 @@ public final class MetricsObserver<Event: Sendable, Effect: Sendable>: LoopObser
         }
     }
 
-    private func count(_ effect: Effect, _ outcome: String) {
+    private func count(_ effect: Effect, _ outcome: String, ran duration: Duration? = nil) {
         let key = Key(name: effectLabel(effect), detail: outcome)
-        counts.withLock { $0.effects[key, default: 0] += 1 }
+        guard let duration else { return counts.withLock { $0.effects[key, default: 0] += 1 } }
+        let seconds = Self.seconds(duration)
+        let bucket = buckets.firstIndex { seconds <= $0 } ?? buckets.count
+        let empty = Histogram(buckets: Array(repeating: 0, count: buckets.count + 1))
+        counts.withLock { counts in
+            counts.effects[key, default: 0] += 1
+            counts.effectLatency[key.name, default: empty].record(seconds, in: bucket)
+        }
+    }
+
+    private static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
     private static func reasonName(_ rejection: Rejection) -> String {
@@ -178,17 +197,20 @@ public final class MetricsObserver<Event: Sendable, Effect: Sendable>: LoopObser
         for (key, value) in counts.processed.sorted(by: { $0.key < $1.key }) {
             sample("events_processed_total", [("event", key.name), ("origin", key.detail)], "\(value)")
         }
-        family("update_duration_seconds", "histogram", "Time in the update (and deciding its effects), by event case.")
-        for (label, histogram) in counts.latency.sorted(by: { $0.key < $1.key }) {
-            var cumulative = 0
-            for (index, bound) in buckets.enumerated() {
-                cumulative += histogram.buckets[index]
-                sample("update_duration_seconds_bucket", [("event", label), ("le", "\(bound)")], "\(cumulative)")
+        func histograms(_ name: String, _ label: String, _ series: [String: Histogram]) {
+            for (value, histogram) in series.sorted(by: { $0.key < $1.key }) {
+                var cumulative = 0
+                for (index, bound) in buckets.enumerated() {
+                    cumulative += histogram.buckets[index]
+                    sample("\(name)_bucket", [(label, value), ("le", "\(bound)")], "\(cumulative)")
+                }
+                sample("\(name)_bucket", [(label, value), ("le", "+Inf")], "\(histogram.count)")
+                sample("\(name)_sum", [(label, value)], "\(histogram.sum)")
+                sample("\(name)_count", [(label, value)], "\(histogram.count)")
             }
-            sample("update_duration_seconds_bucket", [("event", label), ("le", "+Inf")], "\(histogram.count)")
-            sample("update_duration_seconds_sum", [("event", label)], "\(histogram.sum)")
-            sample("update_duration_seconds_count", [("event", label)], "\(histogram.count)")
         }
+        family("update_duration_seconds", "histogram", "Time in the update (and deciding its effects), by event case.")
+        histograms("update_duration_seconds", "event", counts.latency)
         family("events_rejected_total", "counter", "Events refused, by case and reason.")
         for (key, value) in counts.rejected.sorted(by: { $0.key < $1.key }) {
             sample("events_rejected_total", [("event", key.name), ("reason", key.detail)], "\(value)")
@@ -201,6 +223,12 @@ public final class MetricsObserver<Event: Sendable, Effect: Sendable>: LoopObser
         for (key, value) in counts.effects.sorted(by: { $0.key < $1.key }) {
             sample("effects_total", [("effect", key.name), ("outcome", key.detail)], "\(value)")
         }
+        family("effects_produced_total", "counter", "Effects the update returned, by event case and effect case.")
+        for (key, value) in counts.produced.sorted(by: { $0.key < $1.key }) {
+            sample("effects_produced_total", [("event", key.name), ("effect", key.detail)], "\(value)")
+        }
+        family("effect_duration_seconds", "histogram", "Time a handler ran, by effect case (completed or failed).")
+        histograms("effect_duration_seconds", "effect", counts.effectLatency)
         family("source_failures_total", "counter", "Event sources that failed.")
         sample("source_failures_total", [], "\(counts.sourceFailures)")
         family("inbox_depth", "gauge", "Events waiting in the inbox after the last one processed.")

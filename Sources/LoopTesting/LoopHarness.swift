@@ -77,7 +77,7 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
                 ledger.withLock { $0.started.append(effect) }
                 return
             }
-            guard case .eventProcessed(let event, let origin, _, _) = activity else { return }
+            guard case .eventProcessed(let event, let origin, _, _, _) = activity else { return }
             ledger.withLock { ledger in
                 ledger.processed.append(event)
                 ledger.fromTest.append(origin == .outside)

@@ -52,6 +52,8 @@ import Testing
         #expect(counts.effects[.init(name: "answer", detail: "completed")] == 1)
         #expect(counts.effects[.init(name: "fail", detail: "failed")] == 1)
         #expect(counts.rejected[.init(name: "add", detail: "stopped")] == 1)
+        #expect(counts.produced == [.init(name: "ping", detail: "answer"): 1, .init(name: "add", detail: "fail"): 1])
+        #expect(counts.effectLatency["answer"]?.count == 1 && counts.effectLatency["fail"]?.count == 1)
 
         let text = metrics.render()
         for line in [
@@ -60,6 +62,8 @@ import Testing
             #"effectloop_update_duration_seconds_bucket{event="add",le="+Inf"} 3"#,
             #"effectloop_update_duration_seconds_count{event="add"} 3"#,
             #"effectloop_effects_total{effect="fail",outcome="failed"} 1"#,
+            #"effectloop_effects_produced_total{event="ping",effect="answer"} 1"#,
+            #"effectloop_effect_duration_seconds_count{effect="answer"} 1"#,
             #"effectloop_events_rejected_total{event="add",reason="stopped"} 1"#,
             "effectloop_source_failures_total 0",
         ] {
@@ -73,12 +77,30 @@ import Testing
         #expect(values == values.sorted() && values.count == 8)
     }
 
+    @Test func handlerLatencyGoesIntoItsEffectsBuckets() {
+        let metrics = MetricsObserver<Event, Effect>(buckets: [0.001, 0.1])
+        metrics.observe(.effectCompleted(.answer("a"), duration: .microseconds(500)))
+        metrics.observe(.effectCompleted(.answer("b"), duration: .milliseconds(50)))
+        metrics.observe(.effectFailed(.fail, error: Refusal(), mappedTo: nil, duration: .seconds(2)))
+        let lines = metrics.render().split(separator: "\n")
+        for line in [
+            #"effectloop_effect_duration_seconds_bucket{effect="answer",le="0.001"} 1"#,
+            #"effectloop_effect_duration_seconds_bucket{effect="answer",le="0.1"} 2"#,
+            #"effectloop_effect_duration_seconds_bucket{effect="answer",le="+Inf"} 2"#,
+            #"effectloop_effect_duration_seconds_sum{effect="answer"} 0.0505"#,
+            #"effectloop_effect_duration_seconds_bucket{effect="fail",le="0.1"} 0"#,
+            #"effectloop_effect_duration_seconds_bucket{effect="fail",le="+Inf"} 1"#,
+        ] {
+            #expect(lines.contains(Substring(line)), "missing: \(line)")
+        }
+    }
+
     @Test func caseNamesNeverFormatPayloadsAndLabelsAreEscaped() {
         #expect(MetricsObserver<Event, Effect>.caseName(Event.add(3)) == "add")
         #expect(MetricsObserver<Event, Effect>.caseName(Event.ping) == "ping")
         #expect(MetricsObserver<Event, Effect>.caseName(Effect.answer("x")) == "answer")
         let metrics = MetricsObserver<Event, Effect>(eventLabel: { _ in "a\"b\\c\nd" })
-        metrics.observe(.eventProcessed(.ping, origin: .outside, duration: .zero, inboxDepth: 0))
+        metrics.observe(.eventProcessed(.ping, origin: .outside, duration: .zero, inboxDepth: 0, effects: []))
         #expect(metrics.render().contains(#"event="a\"b\\c\nd""#))
     }
 }

@@ -58,6 +58,32 @@ import Testing
         #expect(log.states.withLock { $0 } == [1, 3, 6, 10, 15])
     }
 
+    /// Records each processed event with the effects it produced and the state right after it.
+    final class StepLog: LoopStateObserver, Sendable {
+        let steps = Mutex<[(Event, [Effect], Int)]>([])
+
+        func observe(_ activity: LoopActivity<Event, Effect>, state: () -> Int) {
+            guard case .eventProcessed(let event, _, _, _, let effects) = activity else { return }
+            let current = state()
+            steps.withLock { $0.append((event, effects, current)) }
+        }
+
+        func observe(_ activity: LoopActivity<Event, Effect>) {}
+    }
+
+    @Test func anObserverSeesTheEffectsEachEventProducedAndTheStateAfterIt() async throws {
+        let log = StepLog()
+        let loop = Loop(program: Self.program, effects: Self.router, observer: log)
+        _ = try await running(loop) {
+            loop.send(.add(2))
+            loop.send(.ping)
+        }
+        let steps = log.steps.withLock { $0 }
+        #expect(steps.map(\.0) == [.add(2), .ping, .pong])
+        #expect(steps.map(\.1) == [[], [.answer], []])
+        #expect(steps.map(\.2) == [2, 2, 2])
+    }
+
     @Test func processedEventsSayWhereTheyCameFrom() async throws {
         let recorder = RecordingObserver<Event, Effect>()
         let loop = Loop(program: Self.program, effects: Self.router, observer: recorder)
@@ -97,7 +123,7 @@ import Testing
             program: { _ in Self.program },
             effects: Self.router,
             observer: ClosureLoopGroupObserver { activity, entity in
-                guard case .eventProcessed(let event, _, _, _) = activity else { return }
+                guard case .eventProcessed(let event, _, _, _, _) = activity else { return }
                 seen.withLock { $0.append("\(entity ?? "-"): \(event)") }
             }
         )

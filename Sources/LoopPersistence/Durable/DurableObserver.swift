@@ -28,18 +28,26 @@ public struct DurableObserver<State: Sendable, Event: Sendable, Effect: Sendable
             if case .effect(let effect) = effect { effect } else { nil }
         }
         switch activity {
-        case .eventProcessed(let input, let origin, let duration, let depth):
-            return event(input).map { .eventProcessed($0, origin: origin, duration: duration, inboxDepth: depth) }
+        case .eventProcessed(let input, let origin, let duration, let depth, let outers):
+            return event(input).map {
+                .eventProcessed(
+                    $0,
+                    origin: origin,
+                    duration: duration,
+                    inboxDepth: depth,
+                    effects: outers.compactMap(effect)
+                )
+            }
         case .eventRejected(let input, let reason):
             return event(input).map { .eventRejected($0, reason: reason) }
         case .eventDropped(let input):
             return event(input).map { .eventDropped($0) }
         case .effectStarted(let outer, let lifecycle):
             return effect(outer).map { .effectStarted($0, lifecycle: lifecycle) }
-        case .effectCompleted(let outer):
-            return effect(outer).map { .effectCompleted($0) }
-        case .effectFailed(let outer, let error, let mapped):
-            return effect(outer).map { .effectFailed($0, error: error, mappedTo: event(mapped)) }
+        case .effectCompleted(let outer, let duration):
+            return effect(outer).map { .effectCompleted($0, duration: duration) }
+        case .effectFailed(let outer, let error, let mapped, let duration):
+            return effect(outer).map { .effectFailed($0, error: error, mappedTo: event(mapped), duration: duration) }
         case .effectCancelled(let outer):
             return effect(outer).map { .effectCancelled($0) }
         case .effectTimedOut(let outer, let timeout, let mapped):

@@ -23,8 +23,9 @@ extension Loop {
             // Only a stop can cancel an uncontrolled effect, and a stopped loop ignores its end.
             guard !Task.isCancelled else { return ended(admitted, .cancelled) }
             let send = effectSend
+            let start = context.sink == nil ? nil : ContinuousClock.now
             let outcome = await Self.outcome { try await admitted.perform(admitted.effect, send) }
-            return ended(admitted, outcome)
+            return ended(admitted, outcome, since: start)
         }
         await performControlled(admitted)
     }
@@ -77,6 +78,7 @@ extension Loop {
             return ended(admitted, .cancelled)
         }
         observe(.effectStarted(admitted.effect, lifecycle: admitted.lifecycle))
+        let start = context.sink == nil ? nil : ContinuousClock.now
         let timeout = admitted.lifecycle.timeout
         // A timed effect's events are taken only while it has not timed out.
         let send = timeout == nil ? effectSend : Send { event in self.receive(event, fromEffect: id) }
@@ -111,7 +113,7 @@ extension Loop {
         } else {
             // The handler has returned: let its task finish too, so nothing of the effect outlives it.
             await work.value
-            ended(admitted, outcome)
+            ended(admitted, outcome, since: start)
         }
     }
 
@@ -132,9 +134,13 @@ extension Loop {
 
     /// Effect `id`'s handler returned with `result`.
     @inlinable
-    func ended(_ admitted: Admitted<Effect, Event>, _ result: EffectOutcome) {
+    func ended(
+        _ admitted: Admitted<Effect, Event>,
+        _ result: EffectOutcome,
+        since start: ContinuousClock.Instant? = nil
+    ) {
         guard let end = storage.withLock({ $0.end(admitted, result) }) else { return }
-        report(end)
+        report(end, duration: start.map { ContinuousClock.now - $0 } ?? .zero)
     }
 
     /// Effect `id` ran past `timeout`: it is reported timed out now; its handler is cancelled.
@@ -145,18 +151,18 @@ extension Loop {
         }
         guard let (end, cancel) = timing else { return }
         cancel?.cancel()
-        report(end)
+        report(end, duration: timeout)
     }
 
     /// Reports an effect's end, delivers the event its error maps to, starts the effect queued behind it,
     /// and finishes the loop's shutdown if that was the last thing it waited for.
     @inlinable
-    func report(_ end: LoopEngine<State, Event, Effect>.EffectEnd) {
+    func report(_ end: LoopEngine<State, Event, Effect>.EffectEnd, duration: Duration) {
         switch end.outcome {
         case .completed:
-            observe(.effectCompleted(end.effect))
+            observe(.effectCompleted(end.effect, duration: duration))
         case .failed(let error):
-            observe(.effectFailed(end.effect, error: error, mappedTo: end.mapped))
+            observe(.effectFailed(end.effect, error: error, mappedTo: end.mapped, duration: duration))
         case .cancelled:
             observe(.effectCancelled(end.effect))
         case .timedOut(let timeout):

@@ -16,7 +16,8 @@ extension Loop {
                             current.event,
                             origin: current.origin,
                             duration: duration,
-                            inboxDepth: current.inboxDepth
+                            inboxDepth: current.inboxDepth,
+                            effects: current.dispatch.effects
                         )
                     )
                 }
@@ -113,14 +114,25 @@ extension Loop {
         _ perform: @Sendable (Effect, Send<Event>) throws -> Void,
         send: Send<Event>
     ) {
-        if context.sink != nil { observe(.effectStarted(effect, lifecycle: context.router.lifecycle(of: effect))) }
+        guard context.sink != nil else {
+            do {
+                try perform(effect, send)
+                countSync(completed: true)
+            } catch {
+                countSync(completed: false)
+                reportFailure(of: effect, error, send: send)
+            }
+            return
+        }
+        observe(.effectStarted(effect, lifecycle: context.router.lifecycle(of: effect)))
+        let start = ContinuousClock.now
         do {
             try perform(effect, send)
             countSync(completed: true)
-            observe(.effectCompleted(effect))
+            observe(.effectCompleted(effect, duration: ContinuousClock.now - start))
         } catch {
             countSync(completed: false)
-            reportFailure(of: effect, error, send: send)
+            reportFailure(of: effect, error, send: send, duration: ContinuousClock.now - start)
         }
     }
 
@@ -134,14 +146,14 @@ extension Loop {
         } else {
             stop(gracePeriod: gracePeriod)
         }
-        observe(.effectCompleted(effect))
+        observe(.effectCompleted(effect, duration: .zero))
     }
 
     /// Reports a failed synchronous effect and sends the event the program maps its error to, if any.
     @inlinable
-    func reportFailure(of effect: Effect, _ error: any Error, send: Send<Event>) {
+    func reportFailure(of effect: Effect, _ error: any Error, send: Send<Event>, duration: Duration = .zero) {
         let mapped = context.router.event(for: error, of: effect)
-        observe(.effectFailed(effect, error: error, mappedTo: mapped))
+        observe(.effectFailed(effect, error: error, mappedTo: mapped, duration: duration))
         if let mapped { send(mapped) }
     }
 
