@@ -3,20 +3,25 @@ STRICT := -Xswiftc -warnings-as-errors -Xswiftc -require-explicit-sendable --exp
 FMT_OPTIONS := --configuration .swiftformat --recursive
 SOURCES := Package.swift Sources Tests
 
-.PHONY: build test test-tsan test-asan lint format bench bench-quick bench-locks demo docs docs-check
+deps_note := PostgreSQL (server and libpq-dev) is needed by LoopPostgres and its tests
+.PHONY: deps build test test-tsan test-asan lint format bench bench-quick bench-locks demo docs docs-check
 
-build: ; swift build $(STRICT)
-test: ; swift test $(STRICT)
-test-tsan: ; EFFECTLOOP_SANITIZED=1 TSAN_OPTIONS=halt_on_error=1 swift test $(STRICT) --sanitize=thread --scratch-path .build-tsan
+# libpq-dev (to build LoopPostgres) and the PostgreSQL server (its tests start a throwaway one), from apt
+# when missing; as root directly, otherwise through sudo. Without either, install them yourself, or point
+# the tests at a server with EFFECTLOOP_POSTGRES (see README).
+deps: ; @pkg-config --exists libpq && ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { echo "== installing $(deps_note)"; S=$$([ "$$(id -u)" = 0 ] || echo sudo); $$S apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -qq postgresql libpq-dev >/dev/null; }
+build: deps ; swift build $(STRICT)
+test: deps ; swift test $(STRICT)
+test-tsan: deps ; EFFECTLOOP_SANITIZED=1 TSAN_OPTIONS=halt_on_error=1 swift test $(STRICT) --sanitize=thread --scratch-path .build-tsan
 # The scenario fails two jobs on purpose, so loop-demo exits 1 ("some job failed"): that is success here.
-demo: ; swift run -c release loop-demo || [ $$? -eq 1 ]
-test-asan: ; EFFECTLOOP_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/.lsan-suppressions swift test $(STRICT) --sanitize=address --scratch-path .build-asan
-bench: ; swift run -c release loop-bench
-bench-quick: ; swift run -c release loop-bench --quick
+demo: deps ; swift run -c release loop-demo || [ $$? -eq 1 ]
+test-asan: deps ; EFFECTLOOP_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/.lsan-suppressions swift test $(STRICT) --sanitize=address --scratch-path .build-asan
+bench: deps ; swift run -c release loop-bench
+bench-quick: deps ; swift run -c release loop-bench --quick
 # Lock acquisitions per event -> effect -> event round trip (a build that counts them; not a speed figure).
 bench-locks: ; for w in w2 w2s; do swift run -c release -Xswiftc -DEFFECTLOOP_COUNT_LOCKS --scratch-path .build-locks loop-bench --quick --only $$w || exit 1; done
 # The documentation site (docc, no plugin) in .build/docs/site; docs-check opens it in headless Chromium.
-docs: ; bash Docs/Site/build.sh
+docs: deps ; bash Docs/Site/build.sh
 docs-check: docs ; bash Docs/Site/check.sh
 lint: ; swift format lint --strict $(FMT_OPTIONS) $(SOURCES)
 format: ; swift format format --in-place $(FMT_OPTIONS) $(SOURCES)

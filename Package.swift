@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "LoopTesting", targets: ["LoopTesting"]),
         .library(name: "LoopJournal", targets: ["LoopJournal"]),
         .library(name: "LoopPersistence", targets: ["LoopPersistence"]),
+        .library(name: "LoopPostgres", targets: ["LoopPostgres"]),
         .executable(name: "loop-bench", targets: ["loop-bench"]),
         .executable(name: "loop-demo", targets: ["loop-demo"]),
     ],
@@ -22,6 +23,12 @@ let package = Package(
         .target(name: "LoopRuntime", dependencies: ["LoopCore", "EffectHandlers", "EventSources"]),
         .target(name: "LoopJournal", dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime"]),
         .target(name: "LoopPersistence", dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"]),
+        // libpq, the PostgreSQL client library, found through pkg-config; only LoopPostgres links it.
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .target(
+            name: "LoopPostgres",
+            dependencies: ["CLibPQ", "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopPersistence"]
+        ),
         .target(
             name: "LoopTesting",
             dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopPersistence"]
@@ -66,11 +73,15 @@ let package = Package(
             name: "LoopRuntimeTests",
             dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopTesting"]
         ),
+        .testTarget(
+            name: "LoopPostgresTests",
+            dependencies: ["LoopCore", "LoopPersistence", "LoopPostgres", "LoopRuntime", "LoopTesting"]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )
 
-for target in package.targets {
+for target in package.targets where target.type != .system {
     target.swiftSettings =
         (target.swiftSettings ?? []) + [
             .enableUpcomingFeature("ExistentialAny"),

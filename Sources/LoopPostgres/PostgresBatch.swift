@@ -1,0 +1,124 @@
+internal import LoopPersistence
+
+/// How one batch of appends is written: a pure plan (which appends pass their version check, which rows
+/// to insert) and the transaction that applies it.
+enum PostgresBatch {
+    /// One append of the batch.
+    struct Append: Sendable {
+        var stream: String
+        var expected: UInt64
+        var payloads: [[UInt8]]
+    }
+
+    /// One row to insert.
+    struct Row: Equatable {
+        var stream: String
+        var version: UInt64
+        var payload: [UInt8]
+    }
+
+    /// Checks each append against the streams' versions (`current`, updated as appends pass, so two
+    /// appends to one stream in a batch chain) and lists the rows of those that pass, in order.
+    static func plan(
+        _ appends: [Append],
+        current: [String: UInt64]
+    ) -> (results: [Result<UInt64, EventStoreError>], rows: [Row]) {
+        var versions = current
+        var results: [Result<UInt64, EventStoreError>] = []
+        var rows: [Row] = []
+        for append in appends {
+            let actual = versions[append.stream] ?? 0
+            guard append.expected == actual else {
+                results.append(
+                    .failure(EventStoreError(.versionConflict(expected: append.expected, actual: actual), stream: append.stream))
+                )
+                continue
+            }
+            for (offset, payload) in append.payloads.enumerated() {
+                rows.append(Row(stream: append.stream, version: actual + 1 + UInt64(offset), payload: payload))
+            }
+            let next = actual + UInt64(append.payloads.count)
+            versions[append.stream] = next
+            results.append(.success(next))
+        }
+        return (results, rows)
+    }
+
+    /// Writes the appends that pass their check in one transaction. A unique violation (another process
+    /// committed one of these versions first) rolls it back and checks again, so the appends it does not
+    /// concern still commit; after a few such rounds the error is reported.
+    static func commit(
+        _ appends: [Append],
+        schema: String,
+        on connection: PostgresConnection
+    ) throws(PostgresError) -> [Result<UInt64, EventStoreError>] {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do throws(PostgresError) {
+                try connection.execute("BEGIN")
+                let current = try versions(of: appends.map(\.stream), schema: schema, on: connection)
+                let (results, rows) = plan(appends, current: current)
+                var start = 0
+                while start < rows.count {
+                    let end = min(rows.count, start + PostgresEventStore.rowsPerStatement)
+                    try insert(rows[start..<end], schema: schema, on: connection)
+                    start = end
+                }
+                try connection.execute("COMMIT")
+                return results
+            } catch {
+                if error.kind != .connection { _ = try? connection.execute("ROLLBACK") }
+                guard (error.isUniqueViolation || error.isRetryable) && attempt < 8 else { throw error }
+            }
+        }
+    }
+
+    /// The current version of each of `streams` (0 for one with no events).
+    static func versions(
+        of streams: [String],
+        schema: String,
+        on connection: PostgresConnection
+    ) throws(PostgresError) -> [String: UInt64] {
+        var unique: [String] = []
+        var seen: Set<String> = []
+        for stream in streams where seen.insert(stream).inserted { unique.append(stream) }
+        var versions: [String: UInt64] = [:]
+        var start = 0
+        while start < unique.count {
+            let end = min(unique.count, start + 30_000)
+            let slice = unique[start..<end]
+            let values = slice.indices.map { "($\($0 - start + 1)::text)" }.joined(separator: ",")
+            let rows = try connection.execute(
+                """
+                SELECT v.stream, coalesce((SELECT max(e.version) FROM \(schema).events e WHERE e.stream = v.stream), 0)::bigint
+                FROM (VALUES \(values)) AS v(stream)
+                """,
+                slice.map { .text($0) }
+            )
+            for row in rows.rows.indices {
+                versions[try rows.text(row, 0)] = UInt64(try rows.int(row, 1))
+            }
+            start = end
+        }
+        return versions
+    }
+
+    /// Inserts `rows` with one statement.
+    static func insert(_ rows: ArraySlice<Row>, schema: String, on connection: PostgresConnection) throws(PostgresError) {
+        var values: [String] = []
+        values.reserveCapacity(rows.count)
+        var parameters: [PostgresValue] = []
+        parameters.reserveCapacity(rows.count * 3)
+        for (index, row) in rows.enumerated() {
+            values.append("($\(3 * index + 1), $\(3 * index + 2), $\(3 * index + 3))")
+            parameters.append(.text(row.stream))
+            parameters.append(.int(Int64(clamping: row.version)))
+            parameters.append(.bytes(row.payload))
+        }
+        try connection.execute(
+            "INSERT INTO \(schema).events (stream, version, payload) VALUES " + values.joined(separator: ","),
+            parameters
+        )
+    }
+}

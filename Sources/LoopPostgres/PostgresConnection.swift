@@ -1,0 +1,193 @@
+internal import CLibPQ
+
+/// A value bound to a statement's `$n` parameter, sent in PostgreSQL's binary format.
+package enum PostgresValue: Sendable, Hashable {
+    /// `text`.
+    case text(String)
+    /// `bigint`.
+    case int(Int64)
+    /// `bytea`.
+    case bytes([UInt8])
+    /// SQL `NULL`.
+    case null
+}
+
+/// The rows a statement returned, each cell as the server sent it in binary format (`nil` for NULL).
+package struct PostgresRows: Sendable {
+    /// The rows, each a list of cells in column order.
+    package var rows: [[[UInt8]?]]
+    /// How many rows the statement changed, for an INSERT, UPDATE or DELETE.
+    package var affected: Int
+
+    /// The cell at `row`, `column` as a `bigint`; a protocol violation if it is not 8 bytes.
+    package func int(_ row: Int, _ column: Int) throws(PostgresError) -> Int64 {
+        guard rows.indices.contains(row), rows[row].indices.contains(column), let cell = rows[row][column],
+            cell.count == 8
+        else {
+            throw PostgresError(.protocolViolation, message: "expected a bigint at row \(row), column \(column)")
+        }
+        return cell.reduce(Int64(0)) { ($0 << 8) | Int64($1) }
+    }
+
+    /// The cell at `row`, `column` as text.
+    package func text(_ row: Int, _ column: Int) throws(PostgresError) -> String {
+        guard rows.indices.contains(row), rows[row].indices.contains(column), let cell = rows[row][column] else {
+            throw PostgresError(.protocolViolation, message: "expected text at row \(row), column \(column)")
+        }
+        return String(decoding: cell, as: UTF8.self)
+    }
+
+    /// The cell at `row`, `column` as bytes (`bytea`).
+    package func bytes(_ row: Int, _ column: Int) throws(PostgresError) -> [UInt8] {
+        guard rows.indices.contains(row), rows[row].indices.contains(column), let cell = rows[row][column] else {
+            throw PostgresError(.protocolViolation, message: "expected bytes at row \(row), column \(column)")
+        }
+        return cell
+    }
+}
+
+/// One libpq connection. Not thread-safe, like libpq's own: its owner uses it from one thread at a
+/// time (the stores run it on a serial queue of their own). Every call blocks until the server answers.
+package final class PostgresConnection {
+    private var connection: OpaquePointer?
+    /// The connection string it was opened with.
+    package let conninfo: String
+
+    /// Connects with `conninfo` (`host=/tmp/pg dbname=app`, or a `postgresql://` URL).
+    package init(_ conninfo: String) throws(PostgresError) {
+        self.conninfo = conninfo
+        let connection = PQconnectdb(conninfo)
+        guard let connection, PQstatus(connection) == CONNECTION_OK else {
+            let message = connection.map { Self.message(of: $0) } ?? "out of memory"
+            PQfinish(connection)
+            throw PostgresError(.connection, message: message)
+        }
+        self.connection = connection
+        // Notices (such as "relation already exists, skipping") are not errors: keep them off stderr.
+        PQsetNoticeProcessor(connection, { _, _ in }, nil)
+    }
+
+    deinit {
+        PQfinish(connection)
+    }
+
+    /// Closes the connection; later statements fail with a connection error.
+    package func close() {
+        PQfinish(connection)
+        connection = nil
+    }
+
+    /// Whether the connection is up, as libpq last saw it.
+    package var isConnected: Bool {
+        connection.map { PQstatus($0) == CONNECTION_OK } ?? false
+    }
+
+    /// Tries to connect again after the connection broke; whether it is up.
+    @discardableResult
+    package func reconnect() -> Bool {
+        guard let connection else { return false }
+        PQreset(connection)
+        return PQstatus(connection) == CONNECTION_OK
+    }
+
+    /// Runs `sql` with `parameters` bound to `$1`, `$2`, ..., and returns its rows (binary format).
+    @discardableResult
+    package func execute(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresRows {
+        guard let connection else { throw PostgresError(.connection, message: "the connection is closed") }
+        var types: [UInt32] = []
+        var lengths: [Int32] = []
+        var formats: [Int32] = []
+        var buffers: [[UInt8]] = []
+        types.reserveCapacity(parameters.count)
+        for parameter in parameters {
+            switch parameter {
+            case .text(let text):
+                types.append(25)
+                buffers.append(Array(text.utf8))
+            case .int(let value):
+                types.append(20)
+                buffers.append((0..<8).map { UInt8(truncatingIfNeeded: value >> (56 - 8 * $0)) })
+            case .bytes(let bytes):
+                types.append(17)
+                buffers.append(bytes)
+            case .null:
+                types.append(0)
+                buffers.append([])
+            }
+            lengths.append(Int32(buffers[buffers.count - 1].count))
+            formats.append(1)
+        }
+        let result = Self.withPointers(to: buffers, nulls: parameters.map { $0 == .null }) { values in
+            PQexecParams(connection, sql, Int32(parameters.count), types, values, lengths, formats, 1)
+        }
+        guard let result else { throw PostgresError(.connection, message: Self.message(of: connection)) }
+        defer { PQclear(result) }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK:
+            break
+        default:
+            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+            let message = String(cString: PQresultErrorMessage(result)).trimmingTrailingNewlines()
+            let broken = PQstatus(connection) != CONNECTION_OK
+            throw PostgresError(broken ? .connection : .statement, sqlState: state, message: message)
+        }
+        var rows: [[[UInt8]?]] = []
+        let (count, columns) = (PQntuples(result), PQnfields(result))
+        rows.reserveCapacity(Int(count))
+        for row in 0..<count {
+            var cells: [[UInt8]?] = []
+            cells.reserveCapacity(Int(columns))
+            for column in 0..<columns {
+                if PQgetisnull(result, row, column) == 1 {
+                    cells.append(nil)
+                } else {
+                    let length = Int(PQgetlength(result, row, column))
+                    let value = PQgetvalue(result, row, column)
+                    cells.append(value.map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? [])
+                }
+            }
+            rows.append(cells)
+        }
+        let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
+        return PostgresRows(rows: rows, affected: affected)
+    }
+
+    /// Calls `body` with C pointers to `buffers` (NULL where `nulls` says), valid for the call only. The
+    /// buffers are laid end to end in one allocation, so a statement with 60,000 parameters needs no
+    /// more than one.
+    private static func withPointers<R>(
+        to buffers: [[UInt8]],
+        nulls: [Bool],
+        _ body: ([UnsafePointer<CChar>?]) -> R
+    ) -> R {
+        var storage: [UInt8] = []
+        storage.reserveCapacity(buffers.reduce(1) { $0 + $1.count })
+        var offsets: [Int] = []
+        offsets.reserveCapacity(buffers.count)
+        for buffer in buffers {
+            offsets.append(storage.count)
+            storage += buffer
+        }
+        // An empty value still needs a non-NULL pointer (NULL means SQL NULL): the last byte serves.
+        storage.append(0)
+        return storage.withUnsafeBufferPointer { base in
+            // Never nil: the storage holds at least the final zero.
+            guard let address = base.baseAddress else { return body(nulls.map { _ in nil }) }
+            let start = UnsafeRawPointer(address).assumingMemoryBound(to: CChar.self)
+            let pointers = offsets.indices.map { index in nulls[index] ? nil : start + offsets[index] }
+            return body(pointers)
+        }
+    }
+
+    private static func message(of connection: OpaquePointer) -> String {
+        String(cString: PQerrorMessage(connection)).trimmingTrailingNewlines()
+    }
+}
+
+extension String {
+    func trimmingTrailingNewlines() -> String {
+        var copy = self
+        while copy.last?.isNewline == true { copy.removeLast() }
+        return copy
+    }
+}

@@ -1,0 +1,244 @@
+public import LoopPersistence
+internal import LoopRuntime
+
+/// An ``/LoopPersistence/EventStore`` in PostgreSQL, for durable loops that more than one process (or
+/// machine) shares: the same protocol, and the same conformance suite, as the file store.
+///
+/// ```swift
+/// let store = try await PostgresEventStore(connecting: "host=/run/postgresql dbname=app")
+/// let orders = DurableLoopGroup(store: store, ...)
+/// ```
+///
+/// - **Schema.** The store installs its tables in `schema` (default `effectloop`) the first time, and
+///   records the schema's version; a store that finds a newer version than it knows refuses to open.
+/// - **Group commit.** Appends from every loop of the process wait in one queue; the writer takes them
+///   all, checks each one's expected version, and writes the whole batch in one transaction (one
+///   `COMMIT`, one flush of the server's log) with one multi-row `INSERT`.
+/// - **Conflicts.** `(stream, version)` is the table's primary key, so two writers that expect the
+///   same version cannot both commit: the database refuses the second, which reports
+///   ``/LoopPersistence/EventStoreError/Kind/versionConflict(expected:actual:)``. A batch that meets
+///   such a conflict is rolled back and checked again, so the other appends of the batch still commit.
+/// - **Failures.** A broken connection fails the appends of the batch under way with
+///   ``/LoopPersistence/EventStoreError/Kind/unavailable(reason:)`` (when it broke during `COMMIT`, the
+///   batch may or may not have been stored: the next append's version check tells); the next operation
+///   connects again.
+public final class PostgresEventStore: EventStore {
+    /// The largest batch one transaction writes: PostgreSQL takes at most 65,535 parameters per statement,
+    /// three per event.
+    static let rowsPerStatement = 20_000
+    /// The most appends one transaction takes, so one loop's huge append does not hold the others long.
+    static let appendsPerBatch = 4_096
+
+    private let writer: PostgresWorker
+    private let reader: PostgresWorker
+    private let schema: String
+    private let queue = Locked(WriteQueue())
+
+    private struct WriteQueue {
+        var pending: [PendingAppend] = []
+        var writing = false
+        var closed = false
+    }
+
+    private struct PendingAppend: Sendable {
+        var payloads: [[UInt8]]
+        var stream: String
+        var expected: UInt64
+        var continuation: CheckedContinuation<Result<UInt64, EventStoreError>, Never>
+    }
+
+    /// Connects to the database `conninfo` names (`host=/tmp/pg dbname=app`, or a `postgresql://` URL)
+    /// and installs or upgrades the store's tables in `schema` (letters, digits and `_`, starting with a
+    /// letter or `_`).
+    ///
+    /// - Throws: ``/LoopPersistence/EventStoreError`` `.invalid` for a bad schema name, `.unavailable`
+    ///   when the server cannot be reached or its schema is newer than this library.
+    public init(connecting conninfo: String, schema: String = "effectloop") async throws {
+        guard Self.isIdentifier(schema) else {
+            throw EventStoreError(.invalid(reason: "schema name '\(schema)' is not a plain SQL identifier"))
+        }
+        self.schema = schema
+        self.writer = PostgresWorker(conninfo, label: "effectloop.postgres.writer")
+        self.reader = PostgresWorker(conninfo, label: "effectloop.postgres.reader")
+        do {
+            try await writer.run { [schema] connection throws(PostgresError) in
+                try PostgresSchema.install(schema, on: connection)
+            }
+        } catch {
+            await close()
+            throw Self.storeError(error, doing: "install the schema")
+        }
+    }
+
+    /// Closes the store's connections once the appends already queued are written; later operations
+    /// fail with `.unavailable`.
+    public func close() async {
+        queue.withLock { $0.closed = true }
+        await writer.close()
+        await reader.close()
+    }
+
+    // MARK: EventStore
+
+    /// Appends `payloads` to `stream` in the next batch the writer commits. See ``/LoopPersistence/EventStore/append(_:to:expecting:)``.
+    public func append(_ payloads: [[UInt8]], to stream: String, expecting expectedVersion: UInt64) async throws
+        -> UInt64
+    {
+        let result = await withCheckedContinuation {
+            (continuation: CheckedContinuation<Result<UInt64, EventStoreError>, Never>) in
+            let pending = PendingAppend(
+                payloads: payloads,
+                stream: stream,
+                expected: expectedVersion,
+                continuation: continuation
+            )
+            let start = queue.withLock { queue -> Bool? in
+                guard !queue.closed else { return nil }
+                queue.pending.append(pending)
+                if queue.writing { return false }
+                queue.writing = true
+                return true
+            }
+            switch start {
+            case nil:
+                continuation.resume(returning: .failure(Self.closedError(stream)))
+            case true?:
+                writer.schedule { self.writeQueued() }
+            case false?:
+                break
+            }
+        }
+        return try result.get()
+    }
+
+    /// See ``/LoopPersistence/EventStore/read(_:after:limit:)``.
+    public func read(_ stream: String, after version: UInt64, limit: Int) async throws -> [StoredEvent] {
+        guard limit > 0 else { return [] }
+        let table = "\(schema).events"
+        return try await reading(stream, "read events") { connection throws(PostgresError) in
+            let rows = try connection.execute(
+                "SELECT version, payload FROM \(table) WHERE stream = $1 AND version > $2 ORDER BY version LIMIT $3",
+                [.text(stream), .int(Int64(clamping: version)), .int(Int64(limit))]
+            )
+            var events: [StoredEvent] = []
+            events.reserveCapacity(rows.rows.count)
+            for row in rows.rows.indices {
+                let version = try rows.int(row, 0)
+                events.append(StoredEvent(stream: stream, version: UInt64(version), payload: try rows.bytes(row, 1)))
+            }
+            return events
+        }
+    }
+
+    /// See ``/LoopPersistence/EventStore/version(of:)``.
+    public func version(of stream: String) async throws -> UInt64 {
+        let table = "\(schema).events"
+        return try await reading(stream, "read the stream's version") { connection throws(PostgresError) in
+            let rows = try connection.execute(
+                "SELECT coalesce(max(version), 0)::bigint FROM \(table) WHERE stream = $1",
+                [.text(stream)]
+            )
+            return UInt64(try rows.int(0, 0))
+        }
+    }
+
+    /// See ``/LoopPersistence/EventStore/save(_:)``.
+    public func save(_ snapshot: Snapshot) async throws {
+        let current = try await version(of: snapshot.stream)
+        guard snapshot.version <= current else {
+            throw EventStoreError(
+                .invalid(reason: "snapshot at version \(snapshot.version) past the stream's version \(current)"),
+                stream: snapshot.stream
+            )
+        }
+        let table = "\(schema).snapshots"
+        _ = try await reading(snapshot.stream, "save a snapshot") { connection throws(PostgresError) in
+            try connection.execute(
+                """
+                INSERT INTO \(table) (stream, version, payload) VALUES ($1, $2, $3)
+                ON CONFLICT (stream) DO UPDATE SET version = excluded.version, payload = excluded.payload
+                WHERE \(table).version < excluded.version
+                """,
+                [.text(snapshot.stream), .int(Int64(clamping: snapshot.version)), .bytes(snapshot.payload)]
+            )
+        }
+    }
+
+    /// See ``/LoopPersistence/EventStore/latestSnapshot(of:)``.
+    public func latestSnapshot(of stream: String) async throws -> Snapshot? {
+        let table = "\(schema).snapshots"
+        return try await reading(stream, "read the latest snapshot") { connection throws(PostgresError) in
+            let rows = try connection.execute(
+                "SELECT version, payload FROM \(table) WHERE stream = $1",
+                [.text(stream)]
+            )
+            guard !rows.rows.isEmpty else { return nil }
+            return Snapshot(stream: stream, version: UInt64(try rows.int(0, 0)), payload: try rows.bytes(0, 1))
+        }
+    }
+
+    // MARK: Writing
+
+    /// On the writer's queue: commits what is queued, batch after batch, until the queue is empty.
+    private func writeQueued() {
+        while true {
+            let batch = queue.withLock { queue -> [PendingAppend] in
+                guard !queue.pending.isEmpty else {
+                    queue.writing = false
+                    return []
+                }
+                let count = min(queue.pending.count, Self.appendsPerBatch)
+                defer { queue.pending.removeFirst(count) }
+                return Array(queue.pending.prefix(count))
+            }
+            guard !batch.isEmpty else { return }
+            let results = commit(batch)
+            for (pending, result) in zip(batch, results) { pending.continuation.resume(returning: result) }
+        }
+    }
+
+    /// Writes `batch` in one transaction; each append's result, in order.
+    private func commit(_ batch: [PendingAppend]) -> [Result<UInt64, EventStoreError>] {
+        let requests = batch.map { PostgresBatch.Append(stream: $0.stream, expected: $0.expected, payloads: $0.payloads) }
+        let schema = self.schema
+        let outcome = writer.runInline { connection throws(PostgresError) in
+            try PostgresBatch.commit(requests, schema: schema, on: connection)
+        }
+        switch outcome {
+        case .success(let results):
+            return results
+        case .failure(let error):
+            return batch.map { .failure(Self.storeError(error, doing: "append", stream: $0.stream)) }
+        }
+    }
+
+    // MARK: Helpers
+
+    private func reading<Value: Sendable>(
+        _ stream: String,
+        _ action: String,
+        _ body: @escaping @Sendable (PostgresConnection) throws(PostgresError) -> Value
+    ) async throws -> Value {
+        if queue.withLock({ $0.closed }) { throw Self.closedError(stream) }
+        do {
+            return try await reader.run(body)
+        } catch {
+            throw Self.storeError(error, doing: action, stream: stream)
+        }
+    }
+
+    static func storeError(_ error: PostgresError, doing action: String, stream: String? = nil) -> EventStoreError {
+        EventStoreError(.unavailable(reason: "cannot \(action): \(error)"), stream: stream)
+    }
+
+    static func closedError(_ stream: String) -> EventStoreError {
+        EventStoreError(.unavailable(reason: "the store is closed"), stream: stream)
+    }
+
+    static func isIdentifier(_ name: String) -> Bool {
+        guard let first = name.unicodeScalars.first, name.unicodeScalars.count <= 63 else { return false }
+        let letters = Set("abcdefghijklmnopqrstuvwxyz_".unicodeScalars)
+        let digits = Set("0123456789".unicodeScalars)
+        return letters.contains(first) && name.unicodeScalars.allSatisfy { letters.contains($0) || digits.contains($0) }
+    }
+}

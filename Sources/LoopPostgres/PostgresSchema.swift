@@ -1,0 +1,64 @@
+/// The store's tables, installed and upgraded in order, each step once, under an advisory lock so two
+/// processes starting together do not both install.
+enum PostgresSchema {
+    /// The steps, in order; the schema's version is how many have run.
+    static func migrations(_ schema: String) -> [[String]] {
+        [
+            [
+                """
+                CREATE TABLE \(schema).events (
+                    stream text NOT NULL,
+                    version bigint NOT NULL CHECK (version > 0),
+                    payload bytea NOT NULL,
+                    recorded_at timestamptz NOT NULL DEFAULT now(),
+                    PRIMARY KEY (stream, version)
+                )
+                """,
+                """
+                CREATE TABLE \(schema).snapshots (
+                    stream text PRIMARY KEY,
+                    version bigint NOT NULL,
+                    payload bytea NOT NULL
+                )
+                """,
+            ]
+        ]
+    }
+
+    /// Installs or upgrades `schema`; refuses a schema newer than this library knows.
+    static func install(_ schema: String, on connection: PostgresConnection) throws(PostgresError) {
+        let steps = migrations(schema)
+        do throws(PostgresError) {
+            try connection.execute("BEGIN")
+            try connection.execute("SELECT pg_advisory_xact_lock(hashtext($1))", [.text("effectloop schema \(schema)")])
+            try connection.execute("CREATE SCHEMA IF NOT EXISTS \(schema)")
+            try connection.execute(
+                "CREATE TABLE IF NOT EXISTS \(schema).effectloop_meta (key text PRIMARY KEY, value bigint NOT NULL)"
+            )
+            let rows = try connection.execute(
+                "SELECT value FROM \(schema).effectloop_meta WHERE key = 'schema_version'"
+            )
+            let installed = rows.rows.isEmpty ? 0 : Int(try rows.int(0, 0))
+            guard installed <= steps.count else {
+                throw PostgresError(
+                    .statement,
+                    message: "schema \(schema) is at version \(installed); this library knows up to \(steps.count)"
+                )
+            }
+            for step in steps[installed...] {
+                for statement in step { try connection.execute(statement) }
+            }
+            try connection.execute(
+                """
+                INSERT INTO \(schema).effectloop_meta (key, value) VALUES ('schema_version', $1)
+                ON CONFLICT (key) DO UPDATE SET value = excluded.value
+                """,
+                [.int(Int64(steps.count))]
+            )
+            try connection.execute("COMMIT")
+        } catch {
+            if error.kind != .connection { _ = try? connection.execute("ROLLBACK") }
+            throw error
+        }
+    }
+}
