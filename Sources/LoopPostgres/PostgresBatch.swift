@@ -30,7 +30,12 @@ enum PostgresBatch {
             let actual = versions[append.stream] ?? 0
             guard append.expected == actual else {
                 results.append(
-                    .failure(EventStoreError(.versionConflict(expected: append.expected, actual: actual), stream: append.stream))
+                    .failure(
+                        EventStoreError(
+                            .versionConflict(expected: append.expected, actual: actual),
+                            stream: append.stream
+                        )
+                    )
                 )
                 continue
             }
@@ -105,7 +110,8 @@ enum PostgresBatch {
     }
 
     /// Inserts `rows` with one statement.
-    static func insert(_ rows: ArraySlice<Row>, schema: String, on connection: PostgresConnection) throws(PostgresError) {
+    static func insert(_ rows: ArraySlice<Row>, schema: String, on connection: PostgresConnection) throws(PostgresError)
+    {
         var values: [String] = []
         values.reserveCapacity(rows.count)
         var parameters: [PostgresValue] = []

@@ -1,5 +1,6 @@
 public import LoopPersistence
 internal import LoopRuntime
+internal import Synchronization
 
 /// An ``/LoopPersistence/EventStore`` in PostgreSQL, for durable loops that more than one process (or
 /// machine) shares: the same protocol, and the same conformance suite, as the file store.
@@ -33,6 +34,11 @@ public final class PostgresEventStore: EventStore {
     private let reader: PostgresWorker
     private let schema: String
     private let queue = Locked(WriteQueue())
+    private let batches = Atomic<Int>(0)
+
+    /// How many transactions the writer has committed (or tried to): fewer than the appends when
+    /// group commit batches them. For tests.
+    package var transactions: Int { batches.load(ordering: .relaxed) }
 
     private struct WriteQueue {
         var pending: [PendingAppend] = []
@@ -81,7 +87,11 @@ public final class PostgresEventStore: EventStore {
     // MARK: EventStore
 
     /// Appends `payloads` to `stream` in the next batch the writer commits. See ``/LoopPersistence/EventStore/append(_:to:expecting:)``.
-    public func append(_ payloads: [[UInt8]], to stream: String, expecting expectedVersion: UInt64) async throws
+    public func append(
+        _ payloads: [[UInt8]],
+        to stream: String,
+        expecting expectedVersion: UInt64
+    ) async throws
         -> UInt64
     {
         let result = await withCheckedContinuation {
@@ -199,8 +209,11 @@ public final class PostgresEventStore: EventStore {
 
     /// Writes `batch` in one transaction; each append's result, in order.
     private func commit(_ batch: [PendingAppend]) -> [Result<UInt64, EventStoreError>] {
-        let requests = batch.map { PostgresBatch.Append(stream: $0.stream, expected: $0.expected, payloads: $0.payloads) }
+        let requests = batch.map {
+            PostgresBatch.Append(stream: $0.stream, expected: $0.expected, payloads: $0.payloads)
+        }
         let schema = self.schema
+        batches.add(1, ordering: .relaxed)
         let outcome = writer.runInline { connection throws(PostgresError) in
             try PostgresBatch.commit(requests, schema: schema, on: connection)
         }

@@ -22,7 +22,8 @@ final class PostgresWorker: @unchecked Sendable {
     func run<Result: Sendable>(
         _ body: @escaping @Sendable (PostgresConnection) throws(PostgresError) -> Result
     ) async throws(PostgresError) -> Result {
-        let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<Swift.Result<Result, PostgresError>, Never>) in
+        let outcome = await withCheckedContinuation {
+            (continuation: CheckedContinuation<Swift.Result<Result, PostgresError>, Never>) in
             queue.async {
                 continuation.resume(returning: self.runInline(body))
             }

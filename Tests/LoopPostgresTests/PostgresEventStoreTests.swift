@@ -1,9 +1,8 @@
 import LoopPersistence
-import LoopTesting
-import Testing
-
 import LoopPostgres
 import LoopRuntime
+import LoopTesting
+import Testing
 
 @Suite("PostgresEventStore", .serialized)
 struct PostgresEventStoreTests {
@@ -23,5 +22,127 @@ struct PostgresEventStoreTests {
         .run()
         #expect(failures.isEmpty, "\(failures)")
         for store in stores.withLock({ $0 }) { await store.close() }
+    }
+}
+
+@Suite("PostgresEventStore, hostile cases")
+struct PostgresHostileTests {
+    static func payload(_ number: Int) -> [UInt8] { Array("event \(number)".utf8) }
+
+    static func outcome(_ body: () async throws -> UInt64) async -> Result<UInt64, any Error> {
+        do { return .success(try await body()) } catch { return .failure(error) }
+    }
+
+    @Test func aServerThatIsNotThereIsAClearError() async throws {
+        do {
+            _ = try await PostgresEventStore(connecting: "host=/nonexistent-effectloop user=nobody dbname=none")
+            Issue.record("a store opened on a server that does not exist")
+        } catch let error as EventStoreError {
+            guard case .unavailable(let reason) = error.kind else {
+                Issue.record("\(error), expected unavailable")
+                return
+            }
+            #expect(reason.contains("install the schema") && reason.contains("/nonexistent-effectloop"))
+        }
+    }
+
+    @Test func aSchemaNameThatIsNotAnIdentifierIsRefused() async throws {
+        let database = try TestServer.freshDatabase()
+        for name in ["", "1abc", "a;DROP TABLE x", "Upper", String(repeating: "a", count: 64)] {
+            await #expect(throws: EventStoreError(.invalid(reason: "schema name '\(name)' is not a plain SQL identifier")))
+            {
+                _ = try await PostgresEventStore(connecting: database, schema: name)
+            }
+        }
+    }
+
+    @Test func aSchemaNewerThanTheLibraryIsRefusedAndLeftAsItIs() async throws {
+        let database = try TestServer.freshDatabase()
+        let store = try await PostgresEventStore(connecting: database, schema: "future")
+        _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
+        await store.close()
+        try TestServer.run(TestServer.psql(database, "UPDATE future.effectloop_meta SET value = 99"))
+        do {
+            _ = try await PostgresEventStore(connecting: database, schema: "future")
+            Issue.record("a store opened a schema at version 99")
+        } catch let error as EventStoreError {
+            #expect("\(error)".contains("version 99"))
+        }
+        let rows = try TestServer.run(TestServer.psql(database, "SELECT count(*) FROM future.events"))
+        #expect(rows.contains("1"))
+    }
+
+    @Test func twoStoresOnOneSchemaNeverBothWinTheSameVersion() async throws {
+        let database = try TestServer.freshDatabase()
+        let first = try await PostgresEventStore(connecting: database, schema: "shared")
+        let second = try await PostgresEventStore(connecting: database, schema: "shared")
+        for round in 0..<20 {
+            let expected = UInt64(round)
+            async let left = Self.outcome { try await first.append([Self.payload(round * 2)], to: "s", expecting: expected) }
+            async let right = Self.outcome {
+                try await second.append([Self.payload(round * 2 + 1)], to: "s", expecting: expected)
+            }
+            let outcomes = await [left, right]
+            let won = outcomes.filter { (try? $0.get()) == expected + 1 }.count
+            #expect(won == 1, "round \(round): \(outcomes)")
+            for case .failure(let error) in outcomes {
+                #expect((error as? EventStoreError)?.kind == .versionConflict(expected: expected, actual: expected + 1))
+            }
+        }
+        let events = try await first.read("s", after: 0, limit: 100)
+        #expect(events.map(\.version) == Array(1...20))
+        await first.close()
+        await second.close()
+    }
+
+    @Test func appendsFromManyLoopsShareTransactions() async throws {
+        let database = try TestServer.freshDatabase()
+        let store = try await PostgresEventStore(connecting: database)
+        let versions = try await withThrowingTaskGroup(of: UInt64.self) { group in
+            for stream in 0..<1_000 {
+                group.addTask { try await store.append([Self.payload(stream)], to: "entity-\(stream)", expecting: 0) }
+            }
+            return try await group.reduce(into: [UInt64]()) { $0.append($1) }
+        }
+        #expect(versions.count == 1_000 && versions.allSatisfy { $0 == 1 })
+        #expect(store.transactions < 1_000)
+        await store.close()
+    }
+
+    @Test func aConnectionTheServerDropsFailsClearlyAndTheNextAppendReconnects() async throws {
+        let database = try TestServer.freshDatabase()
+        let store = try await PostgresEventStore(connecting: database)
+        _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
+        let name = database.split(separator: " ").first { $0.hasPrefix("dbname=") }?.dropFirst(7) ?? ""
+        try TestServer.run(
+            TestServer.psql(
+                database,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(name)' AND pid <> pg_backend_pid()"
+            )
+        )
+        do {
+            _ = try await store.append([Self.payload(2)], to: "s", expecting: 1)
+            Issue.record("an append on a dropped connection succeeded")
+        } catch let error as EventStoreError {
+            guard case .unavailable = error.kind else {
+                Issue.record("\(error), expected unavailable")
+                return
+            }
+        }
+        // Nothing of the failed append was stored; the store connects again.
+        #expect(try await store.append([Self.payload(2)], to: "s", expecting: 1) == 2)
+        #expect(try await store.read("s", after: 0, limit: 10).map(\.payload) == [Self.payload(1), Self.payload(2)])
+        await store.close()
+    }
+
+    @Test func aClosedStoreRefusesEverything() async throws {
+        let store = try await PostgresEventStore(connecting: try TestServer.freshDatabase())
+        await store.close()
+        await #expect(throws: EventStoreError(.unavailable(reason: "the store is closed"), stream: "s")) {
+            try await store.append([Self.payload(1)], to: "s", expecting: 0)
+        }
+        await #expect(throws: EventStoreError(.unavailable(reason: "the store is closed"), stream: "s")) {
+            try await store.version(of: "s")
+        }
     }
 }
