@@ -7,7 +7,7 @@ import Testing
 @Suite("PostgresEventStore", .serialized)
 struct PostgresEventStoreTests {
     @Test func passesTheConformanceSuite() async throws {
-        let database = try TestServer.freshDatabase()
+        let database = try TemporaryPostgres.shared().createDatabase()
         let counter = Locked(0)
         let stores = Locked<[PostgresEventStore]>([])
         let failures = await EventStoreConformance(scale: 100_000) {
@@ -47,7 +47,7 @@ struct PostgresHostileTests {
     }
 
     @Test func aSchemaNameThatIsNotAnIdentifierIsRefused() async throws {
-        let database = try TestServer.freshDatabase()
+        let database = try TemporaryPostgres.shared().createDatabase()
         for name in ["", "1abc", "a;DROP TABLE x", "Upper", String(repeating: "a", count: 64)] {
             await #expect(throws: EventStoreError(.invalid(reason: "schema name '\(name)' is not a plain SQL identifier")))
             {
@@ -57,23 +57,23 @@ struct PostgresHostileTests {
     }
 
     @Test func aSchemaNewerThanTheLibraryIsRefusedAndLeftAsItIs() async throws {
-        let database = try TestServer.freshDatabase()
+        let database = try TemporaryPostgres.shared().createDatabase()
         let store = try await PostgresEventStore(connecting: database, schema: "future")
         _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
         await store.close()
-        try TestServer.run(TestServer.psql(database, "UPDATE future.effectloop_meta SET value = 99"))
+        try TemporaryPostgres.psql(database, sql: "UPDATE future.effectloop_meta SET value = 99")
         do {
             _ = try await PostgresEventStore(connecting: database, schema: "future")
             Issue.record("a store opened a schema at version 99")
         } catch let error as EventStoreError {
             #expect("\(error)".contains("version 99"))
         }
-        let rows = try TestServer.run(TestServer.psql(database, "SELECT count(*) FROM future.events"))
-        #expect(rows.contains("1"))
+        let rows = try TemporaryPostgres.psql(database, sql: "SELECT count(*) FROM future.events")
+        #expect(rows.filter { !$0.isWhitespace } == "1")
     }
 
     @Test func twoStoresOnOneSchemaNeverBothWinTheSameVersion() async throws {
-        let database = try TestServer.freshDatabase()
+        let database = try TemporaryPostgres.shared().createDatabase()
         let first = try await PostgresEventStore(connecting: database, schema: "shared")
         let second = try await PostgresEventStore(connecting: database, schema: "shared")
         for round in 0..<20 {
@@ -96,7 +96,7 @@ struct PostgresHostileTests {
     }
 
     @Test func appendsFromManyLoopsShareTransactions() async throws {
-        let database = try TestServer.freshDatabase()
+        let database = try TemporaryPostgres.shared().createDatabase()
         let store = try await PostgresEventStore(connecting: database)
         let versions = try await withThrowingTaskGroup(of: UInt64.self) { group in
             for stream in 0..<1_000 {
@@ -110,15 +110,13 @@ struct PostgresHostileTests {
     }
 
     @Test func aConnectionTheServerDropsFailsClearlyAndTheNextAppendReconnects() async throws {
-        let database = try TestServer.freshDatabase()
+        let database = try TemporaryPostgres.shared().createDatabase()
         let store = try await PostgresEventStore(connecting: database)
         _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
         let name = database.split(separator: " ").first { $0.hasPrefix("dbname=") }?.dropFirst(7) ?? ""
-        try TestServer.run(
-            TestServer.psql(
-                database,
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(name)' AND pid <> pg_backend_pid()"
-            )
+        try TemporaryPostgres.psql(
+            database,
+            sql: "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(name)' AND pid <> pg_backend_pid()"
         )
         do {
             _ = try await store.append([Self.payload(2)], to: "s", expecting: 1)
@@ -136,7 +134,7 @@ struct PostgresHostileTests {
     }
 
     @Test func aClosedStoreRefusesEverything() async throws {
-        let store = try await PostgresEventStore(connecting: try TestServer.freshDatabase())
+        let store = try await PostgresEventStore(connecting: try TemporaryPostgres.shared().createDatabase())
         await store.close()
         await #expect(throws: EventStoreError(.unavailable(reason: "the store is closed"), stream: "s")) {
             try await store.append([Self.payload(1)], to: "s", expecting: 0)

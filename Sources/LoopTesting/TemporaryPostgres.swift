@@ -1,0 +1,254 @@
+internal import Synchronization
+
+#if canImport(Glibc)
+internal import Glibc
+#elseif canImport(Musl)
+internal import Musl
+#endif
+
+/// A PostgreSQL server for tests and benchmarks, started by the process that needs it: `initdb` in a
+/// temporary directory, listening only on a Unix socket inside it (no TCP port), stopped when the
+/// process exits. If the process dies without exiting (a crash, `kill -9`), a watchdog started with the
+/// server stops it within a second, so no server outlives its tests.
+///
+/// ```swift
+/// let server = try TemporaryPostgres.shared()
+/// let store = try await PostgresEventStore(connecting: try server.createDatabase())
+/// ```
+///
+/// Set `EFFECTLOOP_POSTGRES` to a conninfo (`host=... user=...`, no `dbname`) to use an existing server
+/// instead; its user must be allowed to create databases. As root, the server runs as the `postgres`
+/// user (`initdb` refuses root). Needs PostgreSQL's server programs (Debian: `postgresql`).
+public final class TemporaryPostgres: Sendable {
+    /// Why no server could be had: a sentence saying what to install or set.
+    public struct Unavailable: Error, CustomStringConvertible, Sendable {
+        /// What went wrong.
+        public var description: String
+    }
+
+    /// The conninfo of the server, without a database name: add ` dbname=NAME`.
+    public let conninfo: String
+    /// The server's directory, when this process started it.
+    public let directory: String?
+    private let stopCommand: [String]?
+    private let databases = Atomic<Int>(0)
+    private let stopped = Atomic<Bool>(false)
+
+    private static let sharedServer = Mutex<Result<TemporaryPostgres, Unavailable>?>(nil)
+
+    /// The server this process shares between its tests: `EFFECTLOOP_POSTGRES`'s, or one started on
+    /// first use with `fsync` off (a test's crash safety is not the server's).
+    public static func shared() throws(Unavailable) -> TemporaryPostgres {
+        let result = sharedServer.withLock { shared -> Result<TemporaryPostgres, Unavailable> in
+            if let shared { return shared }
+            let result: Result<TemporaryPostgres, Unavailable>
+            if let existing = environment("EFFECTLOOP_POSTGRES"), !existing.isEmpty {
+                result = .success(TemporaryPostgres(existing: existing))
+            } else {
+                do throws(Unavailable) {
+                    let server = try TemporaryPostgres(durable: false)
+                    registerExitStop(server)
+                    result = .success(server)
+                } catch {
+                    result = .failure(error)
+                }
+            }
+            shared = result
+            return result
+        }
+        return try result.get()
+    }
+
+    private static func environment(_ name: String) -> String? {
+        guard let value = getenv(name) else { return nil }
+        return String(decoding: UnsafeRawBufferPointer(start: value, count: strlen(value)), as: UTF8.self)
+    }
+
+    private init(existing: String) {
+        conninfo = existing
+        directory = nil
+        stopCommand = nil
+    }
+
+    /// Starts a new server. `durable`: with `fsync` and synchronous commit on, as a production server
+    /// runs (for benchmarks); otherwise `fsync` is off. Stop it with ``stop()``; the watchdog stops it if
+    /// this process dies first.
+    public init(durable: Bool) throws(Unavailable) {
+        guard let bin = Self.binDirectory() else {
+            throw Unavailable(
+                description: "PostgreSQL's server programs (initdb, pg_ctl) are not installed: run `make deps`, "
+                    + "or set EFFECTLOOP_POSTGRES to the conninfo of a server"
+            )
+        }
+        guard let directory = Self.temporaryName("/tmp/effectloop-pg-XXXXXX", directory: true) else {
+            throw Unavailable(description: "cannot create a temporary directory (errno \(errno))")
+        }
+        let asRoot = geteuid() == 0
+        // initdb refuses to run as root: as root, the server runs as the `postgres` user.
+        let asUser: [String] = asRoot ? ["runuser", "-u", "postgres", "--"] : []
+        if asRoot { try Self.run(["chown", "postgres", directory]) }
+        let data = directory + "/data"
+        var initdb = asUser + ["\(bin)/initdb", "-D", data, "-A", "trust", "-U", "effectloop", "-E", "UTF8"]
+        if !durable { initdb.append("--no-sync") }
+        do throws(Unavailable) {
+            try Self.run(initdb)
+            let options =
+                "-k \(directory) -c listen_addresses='' -c max_connections=200"
+                + (durable ? "" : " -c fsync=off")
+            try Self.run(
+                asUser + [
+                    "\(bin)/pg_ctl", "-D", data, "-l", directory + "/server.log", "-w", "-t", "60", "-o", options,
+                    "start",
+                ]
+            )
+        } catch {
+            Self.remove(directory)
+            throw error
+        }
+        let stop =
+            (asUser + ["\(bin)/pg_ctl", "-D", data, "stop", "-m", "immediate"]).joined(separator: " ")
+            + " >/dev/null 2>&1; rm -rf \(directory)"
+        // The watchdog runs as this process's user, which may always signal it (`kill -0`).
+        _ = try? Self.run(["setsid", "-f", "/bin/sh", "-c", "while kill -0 \(getpid()) 2>/dev/null; do sleep 1; done; \(stop)"])
+        self.conninfo = "host=\(directory) user=effectloop"
+        self.directory = directory
+        self.stopCommand = ["/bin/sh", "-c", stop]
+    }
+
+    /// Creates an empty database and returns its conninfo.
+    public func createDatabase() throws(Unavailable) -> String {
+        let name = "effectloop_\(getpid())_\(databases.add(1, ordering: .relaxed).newValue)"
+        try Self.run(Self.psql(conninfo + " dbname=postgres", "CREATE DATABASE \(name)"))
+        return conninfo + " dbname=\(name)"
+    }
+
+    /// Stops the server this process started and removes its directory (nothing for an existing one).
+    public func stop() {
+        guard let stopCommand, !stopped.exchange(true, ordering: .relaxed) else { return }
+        _ = try? Self.run(stopCommand)
+    }
+
+    /// Runs `sql` in the database `conninfo` names, with `psql`; its output.
+    @discardableResult
+    public static func psql(_ conninfo: String, sql: String) throws(Unavailable) -> String {
+        try run(psql(conninfo, sql))
+    }
+
+    static func psql(_ conninfo: String, _ sql: String) -> [String] {
+        ["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", conninfo, "-c", sql]
+    }
+
+    private static func binDirectory() -> String? {
+        var candidates: [String] = []
+        if let configured = try? run(["pg_config", "--bindir"]) {
+            candidates.append(String(configured.filter { !$0.isWhitespace }))
+        }
+        if let versions = opendir("/usr/lib/postgresql") {
+            var names: [String] = []
+            while let entry = readdir(versions) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                    String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+                }
+                if !name.hasPrefix(".") { names.append(name) }
+            }
+            closedir(versions)
+            candidates += names.sorted { (Int($0) ?? 0) > (Int($1) ?? 0) }.map { "/usr/lib/postgresql/\($0)/bin" }
+        }
+        return candidates.first { access($0 + "/pg_ctl", X_OK) == 0 }
+    }
+
+    /// Creates a directory or an empty file from `template` (ending in `XXXXXX`); its path.
+    private static func temporaryName(_ template: String, directory: Bool) -> String? {
+        var bytes = Array(template.utf8CString)
+        let made = bytes.withUnsafeMutableBufferPointer { buffer -> Bool in
+            guard let base = buffer.baseAddress else { return false }
+            if directory { return mkdtemp(base) != nil }
+            let file = mkstemp(base)
+            if file >= 0 { close(file) }
+            return file >= 0
+        }
+        guard made else { return nil }
+        return String(decoding: bytes.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    private static func remove(_ directory: String) {
+        _ = try? run(["rm", "-rf", directory])
+    }
+
+    /// Runs `command` (found on `PATH`) and waits; its output, or an error with it.
+    @discardableResult
+    static func run(_ command: [String]) throws(Unavailable) -> String {
+        guard let path = temporaryName("/tmp/effectloop-out-XXXXXX", directory: false) else {
+            throw Unavailable(description: "cannot create a temporary file (errno \(errno))")
+        }
+        let file = open(path, O_RDWR | O_CLOEXEC)
+        guard file >= 0 else { throw Unavailable(description: "cannot open \(path) (errno \(errno))") }
+        defer {
+            close(file)
+            unlink(path)
+        }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, file, 1)
+        posix_spawn_file_actions_adddup2(&actions, file, 2)
+        // Nothing else of this process reaches the child: a watchdog or a server that inherited the
+        // write end of some pipe of this process would keep its reader from ever seeing the end.
+        if addCloseFrom?(&actions, 3) != 0 {
+            for descriptor in 3..<Int32(1_024) where fcntl(descriptor, F_GETFD) >= 0 {
+                posix_spawn_file_actions_addclose(&actions, descriptor)
+            }
+        }
+        let words = ["/usr/bin/env"] + command
+        var arguments: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) }
+        arguments.append(nil)
+        defer { for argument in arguments { free(argument) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, "/usr/bin/env", &actions, nil, arguments, environ)
+        guard spawned == 0 else {
+            throw Unavailable(description: "cannot start \(command.joined(separator: " ")) (errno \(spawned))")
+        }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        var output: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4_096)
+        lseek(file, 0, SEEK_SET)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(file, $0.baseAddress, $0.count) }
+            if count <= 0 { break }
+            output += buffer.prefix(count)
+        }
+        let text = String(decoding: output, as: UTF8.self)
+        // Zero: it exited normally (no signal) with status 0.
+        guard status == 0 else {
+            throw Unavailable(description: "\(command.joined(separator: " ")) failed (status \(status)): \(text)")
+        }
+        return text
+    }
+}
+
+/// The shared server, stopped when the process exits.
+private let exitStop = Mutex<TemporaryPostgres?>(nil)
+
+private func registerExitStop(_ server: TemporaryPostgres) {
+    exitStop.withLock { $0 = server }
+    atexit(stopAtExit)
+}
+
+private func stopAtExit() {
+    exitStop.withLock { $0 }?.stop()
+}
+
+/// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later), looked up at run time because
+/// Swift's Glibc module does not export it; `nil` where the C library lacks it.
+private let addCloseFrom: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32)? = {
+    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") else {
+        return nil
+    }
+    // The symbol is that function, whose C signature is exactly this type.
+    return unsafeBitCast(
+        symbol,
+        to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self
+    )
+}()
