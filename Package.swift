@@ -50,7 +50,10 @@ let package = Package(
         .executableTarget(name: "fuzz-journal", dependencies: ["LoopCore", "LoopJournal", "LoopDemo"]),
         .executableTarget(
             name: "loop-bench",
-            dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopPersistence"]
+            dependencies: [
+                "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopPersistence", "LoopPostgres",
+                "LoopTesting",
+            ]
         ),
         .testTarget(name: "LoopCoreTests", dependencies: ["LoopCore"]),
         .testTarget(

@@ -109,7 +109,9 @@ public final class TemporaryPostgres: Sendable {
             (asUser + ["\(bin)/pg_ctl", "-D", data, "stop", "-m", "immediate"]).joined(separator: " ")
             + " >/dev/null 2>&1; rm -rf \(directory)"
         // The watchdog runs as this process's user, which may always signal it (`kill -0`).
-        _ = try? Self.run(["setsid", "-f", "/bin/sh", "-c", "while kill -0 \(getpid()) 2>/dev/null; do sleep 1; done; \(stop)"])
+        _ = try? Self.run([
+            "setsid", "-f", "/bin/sh", "-c", "while kill -0 \(getpid()) 2>/dev/null; do sleep 1; done; \(stop)",
+        ])
         self.conninfo = "host=\(directory) user=effectloop"
         self.directory = directory
         self.stopCommand = ["/bin/sh", "-c", stop]

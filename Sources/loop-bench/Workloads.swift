@@ -30,6 +30,7 @@ struct Sizes {
     var w7Events: Int
     var w8Entities: Int
     var w9Entities: Int
+    var w10Events: Int
     var w12Callers: Int
     var w12Requests: Int
 
@@ -46,6 +47,7 @@ struct Sizes {
         w7Events: 200_000,
         w8Entities: 100_000,
         w9Entities: 1_000_000,
+        w10Events: 100_000,
         w12Callers: 1_000,
         w12Requests: 100
     )
@@ -62,6 +64,7 @@ struct Sizes {
         w7Events: 20_000,
         w8Entities: 5_000,
         w9Entities: 20_000,
+        w10Events: 5_000,
         w12Callers: 100,
         w12Requests: 20
     )

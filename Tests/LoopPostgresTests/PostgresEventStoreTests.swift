@@ -49,8 +49,9 @@ struct PostgresHostileTests {
     @Test func aSchemaNameThatIsNotAnIdentifierIsRefused() async throws {
         let database = try TemporaryPostgres.shared().createDatabase()
         for name in ["", "1abc", "a;DROP TABLE x", "Upper", String(repeating: "a", count: 64)] {
-            await #expect(throws: EventStoreError(.invalid(reason: "schema name '\(name)' is not a plain SQL identifier")))
-            {
+            await #expect(
+                throws: EventStoreError(.invalid(reason: "schema name '\(name)' is not a plain SQL identifier"))
+            ) {
                 _ = try await PostgresEventStore(connecting: database, schema: name)
             }
         }
@@ -78,7 +79,9 @@ struct PostgresHostileTests {
         let second = try await PostgresEventStore(connecting: database, schema: "shared")
         for round in 0..<20 {
             let expected = UInt64(round)
-            async let left = Self.outcome { try await first.append([Self.payload(round * 2)], to: "s", expecting: expected) }
+            async let left = Self.outcome {
+                try await first.append([Self.payload(round * 2)], to: "s", expecting: expected)
+            }
             async let right = Self.outcome {
                 try await second.append([Self.payload(round * 2 + 1)], to: "s", expecting: expected)
             }
@@ -116,7 +119,8 @@ struct PostgresHostileTests {
         let name = database.split(separator: " ").first { $0.hasPrefix("dbname=") }?.dropFirst(7) ?? ""
         try TemporaryPostgres.psql(
             database,
-            sql: "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(name)' AND pid <> pg_backend_pid()"
+            sql:
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(name)' AND pid <> pg_backend_pid()"
         )
         do {
             _ = try await store.append([Self.payload(2)], to: "s", expecting: 1)
