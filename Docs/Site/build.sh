@@ -23,6 +23,7 @@ modules=(
     "LoopPersistence:LoopCore EffectHandlers EventSources LoopRuntime"
     "LoopTesting:LoopCore EffectHandlers EventSources LoopRuntime LoopPersistence"
     "LoopJournal:LoopCore EffectHandlers LoopRuntime"
+    "LoopPostgres:LoopCore EffectHandlers EventSources LoopRuntime LoopPersistence"
 )
 convert() {
     # convert NAME CATALOG GRAPH-DIR DEPENDENCY...

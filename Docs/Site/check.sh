@@ -65,6 +65,7 @@ check /documentation/loopruntime/ LoopRuntime "Running programs" "Observing"
 check /documentation/looptesting/ LoopTesting "Specs of the update" "Running loops in tests"
 check /documentation/looppersistence/ LoopPersistence "Durable loops" "Event stores" "Codecs"
 check /documentation/loopjournal/ LoopJournal "Recording" "Reading and replaying"
+check /documentation/looppostgres/ LoopPostgres "Storing events"
 check /documentation/effectloop/ "EffectLoop Guides" "Start here" "Running services"
 check /documentation/effectloop/persistence "Persistence: durable loops" "The guarantees" "The file store"
 

@@ -21,7 +21,61 @@ enum PostgresSchema {
                     payload bytea NOT NULL
                 )
                 """,
-            ]
+            ],
+            // The cluster: the inbox any program can insert into, the shard each row belongs to (set by
+            // the database, so a sender needs to know nothing of shards), a notification per insert,
+            // the nodes' heartbeats, and the inbox row each event consumed (each at most once).
+            [
+                "ALTER TABLE \(schema).events ADD COLUMN inbox_id bigint UNIQUE",
+                "INSERT INTO \(schema).effectloop_meta (key, value) VALUES ('shards', 64) ON CONFLICT DO NOTHING",
+                """
+                CREATE FUNCTION \(schema).shard_of(stream text, shards integer) RETURNS integer
+                LANGUAGE sql IMMUTABLE STRICT
+                AS $$ SELECT (((hashtextextended(stream, 0) % shards) + shards) % shards)::integer $$
+                """,
+                """
+                CREATE TABLE \(schema).inbox (
+                    id bigserial PRIMARY KEY,
+                    stream text NOT NULL,
+                    shard integer NOT NULL DEFAULT -1,
+                    payload bytea NOT NULL,
+                    sent_at timestamptz NOT NULL DEFAULT now()
+                )
+                """,
+                "CREATE INDEX inbox_by_shard ON \(schema).inbox (shard, id)",
+                """
+                CREATE FUNCTION \(schema).inbox_route() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    NEW.shard := \(schema).shard_of(
+                        NEW.stream,
+                        coalesce((SELECT value FROM \(schema).effectloop_meta WHERE key = 'shards'), 64)::integer
+                    );
+                    RETURN NEW;
+                END $$
+                """,
+                """
+                CREATE TRIGGER inbox_route BEFORE INSERT ON \(schema).inbox
+                FOR EACH ROW EXECUTE FUNCTION \(schema).inbox_route()
+                """,
+                """
+                CREATE FUNCTION \(schema).inbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    PERFORM pg_notify('\(schema)_inbox', '');
+                    RETURN NULL;
+                END $$
+                """,
+                """
+                CREATE TRIGGER inbox_notify AFTER INSERT ON \(schema).inbox
+                FOR EACH STATEMENT EXECUTE FUNCTION \(schema).inbox_notify()
+                """,
+                """
+                CREATE TABLE \(schema).nodes (
+                    node text PRIMARY KEY,
+                    heartbeat_at timestamptz NOT NULL,
+                    started_at timestamptz NOT NULL DEFAULT now()
+                )
+                """,
+            ],
         ]
     }
 

@@ -1,0 +1,76 @@
+internal import LoopPersistence
+
+/// The way into a cluster's entities from anywhere: an event for an entity is a row of the inbox table,
+/// and its commit is the acknowledgment. The node that owns the entity's shard is woken (by a
+/// notification the database sends for each insert) and processes the entity's rows in order.
+///
+/// ```swift
+/// let inbox = try await PostgresInbox(connecting: conninfo)
+/// try await inbox.send(try JSONCodec<Order.Event>().encode(.placed(order)), to: "order-17")
+/// ```
+///
+/// Any program that can write to PostgreSQL sends the same way, with no EffectLoop code:
+///
+/// ```sql
+/// INSERT INTO effectloop.inbox (stream, payload) VALUES ('order-17', convert_to('{"placed":{...}}', 'UTF8'));
+/// ```
+///
+/// The database sets each row's shard from its stream (`shard_of(stream, shards)`), so senders know
+/// nothing of shards or nodes.
+public final class PostgresInbox: Sendable {
+    private let worker: PostgresWorker
+    private let schema: String
+
+    /// Connects to the database `conninfo` names and installs or upgrades the schema, as
+    /// ``PostgresEventStore/init(connecting:schema:)`` does.
+    public init(connecting conninfo: String, schema: String = "effectloop") async throws {
+        guard PostgresEventStore.isIdentifier(schema) else {
+            throw EventStoreError(.invalid(reason: "schema name '\(schema)' is not a plain SQL identifier"))
+        }
+        self.schema = schema
+        self.worker = PostgresWorker(conninfo, label: "effectloop.postgres.inbox")
+        do {
+            try await worker.run { connection throws(PostgresError) in
+                try PostgresSchema.install(schema, on: connection)
+            }
+        } catch {
+            await worker.close()
+            throw PostgresEventStore.storeError(error, doing: "install the schema")
+        }
+    }
+
+    /// Puts `payload` (an event, encoded with the cluster's codec) in `stream`'s inbox; returns the row's
+    /// id once it is committed. An error means the row may not be stored: send again.
+    @discardableResult
+    public func send(_ payload: [UInt8], to stream: String) async throws -> Int64 {
+        let table = "\(schema).inbox"
+        do {
+            return try await worker.run { connection throws(PostgresError) in
+                let rows = try connection.execute(
+                    "INSERT INTO \(table) (stream, payload) VALUES ($1, $2) RETURNING id",
+                    [.text(stream), .bytes(payload)]
+                )
+                return try rows.int(0, 0)
+            }
+        } catch {
+            throw PostgresEventStore.storeError(error, doing: "send to the inbox", stream: stream)
+        }
+    }
+
+    /// How many rows wait in the inbox, in all shards.
+    public func waiting() async throws -> Int {
+        let table = "\(schema).inbox"
+        do {
+            return try await worker.run { connection throws(PostgresError) in
+                Int(try connection.execute("SELECT count(*)::bigint FROM \(table)").int(0, 0))
+            }
+        } catch {
+            throw PostgresEventStore.storeError(error, doing: "count the inbox")
+        }
+    }
+
+    /// Closes the connection.
+    public func close() async {
+        await worker.close()
+    }
+}
