@@ -15,13 +15,16 @@ enum PostgresBatch {
         var stream: String
         var version: UInt64
         var payload: [UInt8]
+        /// The inbox row the event consumed, deleted in the same transaction.
+        var inbox: Int64? = nil
     }
 
     /// Checks each append against the streams' versions (`current`, updated as appends pass, so two
     /// appends to one stream in a batch chain) and lists the rows of those that pass, in order.
     static func plan(
         _ appends: [Append],
-        current: [String: UInt64]
+        current: [String: UInt64],
+        inboxOf: (@Sendable ([UInt8]) -> Int64?)? = nil
     ) -> (results: [Result<UInt64, EventStoreError>], rows: [Row]) {
         var versions = current
         var results: [Result<UInt64, EventStoreError>] = []
@@ -40,7 +43,14 @@ enum PostgresBatch {
                 continue
             }
             for (offset, payload) in append.payloads.enumerated() {
-                rows.append(Row(stream: append.stream, version: actual + 1 + UInt64(offset), payload: payload))
+                rows.append(
+                    Row(
+                        stream: append.stream,
+                        version: actual + 1 + UInt64(offset),
+                        payload: payload,
+                        inbox: inboxOf?(payload)
+                    )
+                )
             }
             let next = actual + UInt64(append.payloads.count)
             versions[append.stream] = next
@@ -55,6 +65,7 @@ enum PostgresBatch {
     static func commit(
         _ appends: [Append],
         schema: String,
+        inboxOf: (@Sendable ([UInt8]) -> Int64?)? = nil,
         on connection: PostgresConnection
     ) throws(PostgresError) -> [Result<UInt64, EventStoreError>] {
         var attempt = 0
@@ -63,12 +74,21 @@ enum PostgresBatch {
             do throws(PostgresError) {
                 try connection.execute("BEGIN")
                 let current = try versions(of: appends.map(\.stream), schema: schema, on: connection)
-                let (results, rows) = plan(appends, current: current)
+                let (results, rows) = plan(appends, current: current, inboxOf: inboxOf)
                 var start = 0
                 while start < rows.count {
                     let end = min(rows.count, start + PostgresEventStore.rowsPerStatement)
                     try insert(rows[start..<end], schema: schema, on: connection)
                     start = end
+                }
+                let consumed = rows.compactMap(\.inbox)
+                var first = 0
+                while first < consumed.count {
+                    let end = min(consumed.count, first + 30_000)
+                    let slice = consumed[first..<end]
+                    let list = slice.indices.map { "$\($0 - first + 1)" }.joined(separator: ",")
+                    try connection.execute("DELETE FROM \(schema).inbox WHERE id IN (\(list))", slice.map { .int($0) })
+                    first = end
                 }
                 try connection.execute("COMMIT")
                 return results
@@ -115,15 +135,20 @@ enum PostgresBatch {
         var values: [String] = []
         values.reserveCapacity(rows.count)
         var parameters: [PostgresValue] = []
-        parameters.reserveCapacity(rows.count * 3)
+        let inboxes = rows.contains { $0.inbox != nil }
+        let width = inboxes ? 4 : 3
+        parameters.reserveCapacity(rows.count * width)
         for (index, row) in rows.enumerated() {
-            values.append("($\(3 * index + 1), $\(3 * index + 2), $\(3 * index + 3))")
+            let first = width * index
+            values.append("(" + (1...width).map { "$\(first + $0)" }.joined(separator: ", ") + ")")
             parameters.append(.text(row.stream))
             parameters.append(.int(Int64(clamping: row.version)))
             parameters.append(.bytes(row.payload))
+            if inboxes { parameters.append(row.inbox.map { .int($0) } ?? .null) }
         }
+        let columns = inboxes ? "stream, version, payload, inbox_id" : "stream, version, payload"
         try connection.execute(
-            "INSERT INTO \(schema).events (stream, version, payload) VALUES " + values.joined(separator: ","),
+            "INSERT INTO \(schema).events (\(columns)) VALUES " + values.joined(separator: ","),
             parameters
         )
     }

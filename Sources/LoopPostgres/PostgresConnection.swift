@@ -1,5 +1,11 @@
 internal import CLibPQ
 
+#if canImport(Glibc)
+internal import Glibc
+#elseif canImport(Musl)
+internal import Musl
+#endif
+
 /// A value bound to a statement's `$n` parameter, sent in PostgreSQL's binary format.
 package enum PostgresValue: Sendable, Hashable {
     /// `text`.
@@ -150,6 +156,30 @@ package final class PostgresConnection {
         }
         let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
         return PostgresRows(rows: rows, affected: affected)
+    }
+
+    /// Waits up to `milliseconds` for a notification on a channel this connection listens to (`LISTEN`);
+    /// whether one (or more) arrived. All waiting notifications are consumed.
+    package func waitForNotification(milliseconds: Int32) throws(PostgresError) -> Bool {
+        guard let connection else { throw PostgresError(.connection, message: "the connection is closed") }
+        if drainNotifications(connection) { return true }
+        var descriptor = pollfd(fd: PQsocket(connection), events: Int16(POLLIN), revents: 0)
+        guard descriptor.fd >= 0 else { throw PostgresError(.connection, message: Self.message(of: connection)) }
+        let ready = poll(&descriptor, 1, milliseconds)
+        guard ready > 0 else { return false }
+        guard PQconsumeInput(connection) == 1 else {
+            throw PostgresError(.connection, message: Self.message(of: connection))
+        }
+        return drainNotifications(connection)
+    }
+
+    private func drainNotifications(_ connection: OpaquePointer) -> Bool {
+        var any = false
+        while let notification = PQnotifies(connection) {
+            any = true
+            PQfreemem(notification)
+        }
+        return any
     }
 
     /// Calls `body` with C pointers to `buffers` (NULL where `nulls` says), valid for the call only. The

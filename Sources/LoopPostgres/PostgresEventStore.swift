@@ -30,6 +30,8 @@ public final class PostgresEventStore: EventStore {
     /// The most appends one transaction takes, so one loop's huge append does not hold the others long.
     static let appendsPerBatch = 4_096
 
+    /// The inbox row an event's payload consumed, for a cluster node's store; `nil` for a plain store.
+    private let inboxOf: (@Sendable ([UInt8]) -> Int64?)?
     private let writer: PostgresWorker
     private let reader: PostgresWorker
     private let schema: String
@@ -59,7 +61,19 @@ public final class PostgresEventStore: EventStore {
     ///
     /// - Throws: ``/LoopPersistence/EventStoreError`` `.invalid` for a bad schema name, `.unavailable`
     ///   when the server cannot be reached or its schema is newer than this library.
-    public init(connecting conninfo: String, schema: String = "effectloop") async throws {
+    public convenience init(connecting conninfo: String, schema: String = "effectloop") async throws {
+        try await self.init(connecting: conninfo, schema: schema, inboxOf: nil)
+    }
+
+    /// A store whose appends also consume inbox rows: `inboxOf` reads, from an event's payload, the id of
+    /// the inbox row it came from; the row is deleted in the transaction that appends the event, and
+    /// `events.inbox_id` is unique, so a row is consumed by exactly one committed event.
+    package init(
+        connecting conninfo: String,
+        schema: String,
+        inboxOf: (@Sendable ([UInt8]) -> Int64?)?
+    ) async throws {
+        self.inboxOf = inboxOf
         guard Self.isIdentifier(schema) else {
             throw EventStoreError(.invalid(reason: "schema name '\(schema)' is not a plain SQL identifier"))
         }
@@ -214,8 +228,9 @@ public final class PostgresEventStore: EventStore {
         }
         let schema = self.schema
         batches.add(1, ordering: .relaxed)
+        let inboxOf = self.inboxOf
         let outcome = writer.runInline { connection throws(PostgresError) in
-            try PostgresBatch.commit(requests, schema: schema, on: connection)
+            try PostgresBatch.commit(requests, schema: schema, inboxOf: inboxOf, on: connection)
         }
         switch outcome {
         case .success(let results):

@@ -69,6 +69,15 @@ enum PostgresSchema {
                 FOR EACH STATEMENT EXECUTE FUNCTION \(schema).inbox_notify()
                 """,
                 """
+                CREATE TABLE \(schema).inbox_dead (
+                    id bigint PRIMARY KEY,
+                    stream text NOT NULL,
+                    payload bytea NOT NULL,
+                    reason text NOT NULL,
+                    moved_at timestamptz NOT NULL DEFAULT now()
+                )
+                """,
+                """
                 CREATE TABLE \(schema).nodes (
                     node text PRIMARY KEY,
                     heartbeat_at timestamptz NOT NULL,

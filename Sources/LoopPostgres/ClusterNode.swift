@@ -1,0 +1,379 @@
+public import EffectHandlers
+internal import LoopCore
+public import LoopPersistence
+internal import LoopRuntime
+
+/// One node of a cluster of processes sharing one PostgreSQL database: it owns some of the entities'
+/// shards, takes their events from the inbox, and runs their durable loops.
+///
+/// ```swift
+/// let node = try await ClusterNode(
+///     connecting: conninfo, name: "node-\(hostname)",
+///     program: Order.program, effects: Order.router(services),
+///     events: JSONCodec<Order.Event>(), states: JSONCodec<Order.State>()
+/// )
+/// try await node.run()       // until stop(), or a failure that stops it (see below)
+/// ```
+///
+/// - **Membership and shards.** Every heartbeat the node records itself in the `nodes` table and reads
+///   the nodes seen within the membership timeout; ``ShardMap`` gives the shards it should own. It takes
+///   each with a session advisory lock (so one node at a time owns it), and hands over one another node
+///   should own once the shard's entities are quiet (their events committed), by releasing the lock.
+/// - **Processing.** It reads its shards' inbox rows in id order and sends each to its entity's durable
+///   loop with the row's id; the store appends the event and deletes the row in one transaction, and
+///   `events.inbox_id` is unique: each row makes exactly one committed transition. A row that does not
+///   decode goes to `inbox_dead` with the reason. Effects run after the commit; after a failover an
+///   effect can run again (at-least-once), so handlers should be idempotent.
+/// - **Failures stop the node** (crash-only; restart it, say with systemd): a broken connection holding
+///   its locks, or an append refused because another node wrote the entity's stream (the node had lost
+///   the shard without knowing: fenced). ``run()`` then throws ``ClusterError``; nothing it had not
+///   committed is lost, since the rows stay in the inbox for the shard's next owner.
+public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
+    /// How a node paces itself.
+    public struct Configuration: Sendable {
+        /// The schema of the store and the inbox.
+        public var schema: String
+        /// How often the node records its heartbeat, looks at the membership, and polls the inbox when
+        /// no notification wakes it.
+        public var heartbeat: Duration
+        /// How long after its last heartbeat a node no longer counts: the failover time is this plus one
+        /// heartbeat.
+        public var membershipTimeout: Duration
+        /// The most inbox rows one poll takes.
+        public var batch: Int
+        /// Save an entity's snapshot after this many of its events (`nil`: never).
+        public var snapshotEvery: UInt64?
+
+        /// The defaults: schema `effectloop`, heartbeat 250 ms, timeout 3 s, 2,000 rows, snapshot every
+        /// 1,000 events.
+        public init(
+            schema: String = "effectloop",
+            heartbeat: Duration = .milliseconds(250),
+            membershipTimeout: Duration = .seconds(3),
+            batch: Int = 2_000,
+            snapshotEvery: UInt64? = 1_000
+        ) {
+            self.schema = schema
+            self.heartbeat = heartbeat
+            self.membershipTimeout = membershipTimeout
+            self.batch = batch
+            self.snapshotEvery = snapshotEvery
+        }
+    }
+
+    /// The node's name in the `nodes` table; unique in the cluster.
+    public let name: String
+    private let configuration: Configuration
+    private let store: PostgresEventStore
+    private let control: PostgresWorker
+    private let group: DurableLoopGroup<String, State, Inboxed<Event>, Effect>
+    private let events: any EventCodec<Event>
+    private let shards: Int
+    private let ledger = Locked(Ledger())
+
+    /// What the node holds and does, changed only by its own loop (and `stop`).
+    private struct Ledger {
+        var owned: Set<Int> = []
+        var releasing: Set<Int> = []
+        var shardOf: [String: Int] = [:]
+        var inFlight: Set<Int64> = []
+        var stopping = false
+        var dispatched = 0
+        var dead = 0
+    }
+
+    /// Connects, installs or upgrades the schema, and prepares the node's durable loops; ``run()`` joins
+    /// the cluster.
+    ///
+    /// - Parameters:
+    ///   - conninfo: the database (`host=... dbname=...`).
+    ///   - name: the node's name, unique in the cluster (a restarted node may reuse its name).
+    ///   - program: every entity's program; an entity's id is its stream's name.
+    ///   - router: how the program's effects are performed.
+    ///   - events: how events are encoded in the inbox and the events table.
+    ///   - states: how snapshots are encoded.
+    ///   - configuration: pacing and schema.
+    public init(
+        connecting conninfo: String,
+        name: String,
+        program: DurableProgram<State, Event, Effect>,
+        effects router: EffectRouter<Effect, Event>,
+        events: some EventCodec<Event>,
+        states: some EventCodec<State>,
+        configuration: Configuration = Configuration()
+    ) async throws {
+        self.name = name
+        self.configuration = configuration
+        self.events = events
+        let schema = configuration.schema
+        store = try await PostgresEventStore(
+            connecting: conninfo,
+            schema: schema,
+            inboxOf: { InboxedCodec<Event>.inbox(of: $0) }
+        )
+        control = PostgresWorker(conninfo, label: "effectloop.cluster.\(name)")
+        do {
+            shards = try await control.run { connection throws(PostgresError) in
+                let rows = try connection.execute(
+                    "SELECT value FROM \(schema).effectloop_meta WHERE key = 'shards'"
+                )
+                return rows.rows.isEmpty ? 64 : Int(try rows.int(0, 0))
+            }
+        } catch {
+            await store.close()
+            throw PostgresEventStore.storeError(error, doing: "read the shard count")
+        }
+        let update = program.update
+        group = DurableLoopGroup(
+            stream: { $0 },
+            program: DurableProgram(
+                initial: program.initial,
+                update: Update { state, inboxed in update(&state, inboxed.event) },
+                resume: program.resume
+            ),
+            effects: router.mapEvents { Inboxed(inbox: nil, event: $0) },
+            store: store,
+            events: InboxedCodec(events),
+            states: states,
+            snapshotEvery: configuration.snapshotEvery
+        )
+    }
+
+    /// The shards the node owns now.
+    public var ownedShards: Set<Int> {
+        ledger.withLock { $0.owned }
+    }
+
+    /// How many inbox rows the node has handed to its entities, and how many it moved to `inbox_dead`.
+    public var counts: (dispatched: Int, dead: Int) {
+        ledger.withLock { ($0.dispatched, $0.dead) }
+    }
+
+    /// The state of a live entity of this node, or `nil`.
+    public func state(of entity: String) -> State? {
+        group.state(of: entity)
+    }
+
+    /// Joins the cluster and processes its shards' inboxes until ``stop()``; then leaves gracefully:
+    /// stops taking rows, lets the events in flight commit, releases its shards.
+    ///
+    /// - Throws: ``ClusterError`` when a failure stopped the node.
+    public func run() async throws {
+        let running = Task { try await group.run() }
+        _ = await group.waitUntilRunning()
+        var failure: ClusterError?
+        do {
+            let channel = "\(configuration.schema)_inbox"
+            _ = try await control.run { connection throws(PostgresError) in try connection.execute("LISTEN \(channel)")
+            }
+            while !ledger.withLock({ $0.stopping }) {
+                let rows = try await tick()
+                dispatch(rows)
+                if let (stream, reason) = group.failedStreams.first {
+                    failure = .fenced(stream: stream, reason: reason)
+                    break
+                }
+                let wait = Int32(
+                    clamping: configuration.heartbeat.components.seconds * 1_000
+                        + configuration.heartbeat.components.attoseconds / 1_000_000_000_000_000
+                )
+                // Woken early by a notification; rows that came meanwhile are read at the next tick.
+                if rows.count < configuration.batch {
+                    _ = try await control.run { connection throws(PostgresError) in
+                        try connection.waitForNotification(milliseconds: wait)
+                    }
+                }
+            }
+        } catch let error as PostgresError {
+            failure = .connectionLost(error.description)
+        } catch {
+            failure = .connectionLost("\(error)")
+        }
+        await leave()
+        group.stop(gracePeriod: .seconds(10))
+        _ = try? await running.value
+        await control.close()
+        await store.close()
+        if let failure { throw failure }
+    }
+
+    /// Asks the node to leave the cluster; ``run()`` returns once it has.
+    public func stop() {
+        ledger.withLock { $0.stopping = true }
+    }
+
+    // MARK: The loop
+
+    /// One heartbeat: records the node, reads the membership, takes and releases shards, and reads the
+    /// inbox rows of the shards it owns.
+    private func tick() async throws -> [InboxRow] {
+        let (schema, name, shards, batch) = (configuration.schema, self.name, self.shards, configuration.batch)
+        let timeout = Int64(
+            configuration.membershipTimeout.components.seconds * 1_000
+                + configuration.membershipTimeout.components.attoseconds / 1_000_000_000_000_000
+        )
+        let quietReleasing = releasable()
+        let (owned, releasing) = ledger.withLock { ($0.owned, $0.releasing) }
+        let outcome = try await control.run { connection throws(PostgresError) -> Tick in
+            try connection.execute(
+                """
+                INSERT INTO \(schema).nodes (node, heartbeat_at) VALUES ($1, now())
+                ON CONFLICT (node) DO UPDATE SET heartbeat_at = now()
+                """,
+                [.text(name)]
+            )
+            let live = try connection.execute(
+                "SELECT node FROM \(schema).nodes WHERE heartbeat_at > now() - make_interval(secs => $1::bigint / 1000.0)",
+                [.int(timeout)]
+            )
+            var members: [String] = []
+            for index in live.rows.indices { members.append(try live.text(index, 0)) }
+            if !members.contains(name) { members.append(name) }
+            let desired = ShardMap(shards: shards).shards(of: name, among: members)
+            var taken: Set<Int> = []
+            for shard in desired.subtracting(owned).subtracting(releasing).sorted() {
+                let locked = try connection.execute(
+                    "SELECT pg_try_advisory_lock(hashtext($1), $2::integer)::integer::bigint",
+                    [.text(schema), .int(Int64(shard))]
+                )
+                if try locked.int(0, 0) == 1 { taken.insert(shard) }
+            }
+            for shard in quietReleasing.sorted() {
+                try connection.execute(
+                    "SELECT pg_advisory_unlock(hashtext($1), $2::integer)",
+                    [.text(schema), .int(Int64(shard))]
+                )
+            }
+            let mine = owned.union(taken).subtracting(owned.subtracting(desired)).subtracting(releasing)
+            var rows: [InboxRow] = []
+            if !mine.isEmpty {
+                let list = mine.sorted().map(String.init).joined(separator: ",")
+                let found = try connection.execute(
+                    "SELECT id, stream, shard::bigint, payload FROM \(schema).inbox WHERE shard IN (\(list)) ORDER BY id LIMIT $1",
+                    [.int(Int64(batch))]
+                )
+                for index in found.rows.indices {
+                    rows.append(
+                        InboxRow(
+                            id: try found.int(index, 0),
+                            stream: try found.text(index, 1),
+                            shard: Int(try found.int(index, 2)),
+                            payload: try found.bytes(index, 3)
+                        )
+                    )
+                }
+            }
+            return Tick(desired: desired, taken: taken, released: quietReleasing, rows: rows)
+        }
+        ledger.withLock { ledger in
+            ledger.owned.formUnion(outcome.taken)
+            // Shards another node should own now: handed over once their entities are quiet.
+            let handing = ledger.owned.subtracting(outcome.desired)
+            ledger.owned.subtract(handing)
+            ledger.releasing.formUnion(handing)
+            ledger.releasing.subtract(outcome.released)
+        }
+        return outcome.rows
+    }
+
+    /// Sends each row not yet in flight to its entity, in id order; rows that do not decode go to
+    /// `inbox_dead`.
+    private func dispatch(_ rows: [InboxRow]) {
+        var undecodable: [(InboxRow, String)] = []
+        var fresh: [(InboxRow, Event)] = []
+        ledger.withLock { ledger in
+            // Rows seen in flight and no longer in the inbox were committed.
+            let seen = Set(rows.map(\.id))
+            let horizon = rows.count < configuration.batch ? Int64.max : (rows.last?.id ?? Int64.max)
+            ledger.inFlight = ledger.inFlight.filter { seen.contains($0) || $0 > horizon }
+            for row in rows where !ledger.inFlight.contains(row.id) && ledger.owned.contains(row.shard) {
+                do {
+                    fresh.append((row, try events.decode(row.payload)))
+                    ledger.inFlight.insert(row.id)
+                    ledger.shardOf[row.stream] = row.shard
+                    ledger.dispatched += 1
+                } catch {
+                    undecodable.append((row, "\(error)"))
+                }
+            }
+        }
+        for (row, event) in fresh { group.send(Inboxed(inbox: row.id, event: event), to: row.stream) }
+        if !undecodable.isEmpty { bury(undecodable) }
+    }
+
+    /// Moves rows that cannot be decoded to `inbox_dead`, with why.
+    private func bury(_ rows: [(InboxRow, String)]) {
+        let schema = configuration.schema
+        control.schedule { [control] in
+            _ = control.runInline { connection throws(PostgresError) in
+                for (row, reason) in rows {
+                    try connection.execute(
+                        """
+                        WITH moved AS (DELETE FROM \(schema).inbox WHERE id = $1 RETURNING id, stream, payload)
+                        INSERT INTO \(schema).inbox_dead (id, stream, payload, reason)
+                        SELECT id, stream, payload, $2 FROM moved
+                        """,
+                        [.int(row.id), .text(reason)]
+                    )
+                }
+            }
+        }
+        ledger.withLock { $0.dead += rows.count }
+    }
+
+    /// The shards being handed over whose entities are all passivated now (their events committed).
+    private func releasable() -> Set<Int> {
+        let (releasing, shardOf) = ledger.withLock { ($0.releasing, $0.shardOf) }
+        guard !releasing.isEmpty else { return [] }
+        var quiet = releasing
+        for (entity, shard) in shardOf where releasing.contains(shard) {
+            if group.state(of: entity) != nil && !group.passivate(entity) { quiet.remove(shard) }
+        }
+        ledger.withLock { ledger in
+            ledger.shardOf = ledger.shardOf.filter { !quiet.contains($0.value) }
+        }
+        return quiet
+    }
+
+    /// Leaves the membership (best effort: a node that cannot is forgotten after the timeout).
+    private func leave() async {
+        let (schema, name) = (configuration.schema, self.name)
+        _ = try? await control.run { connection throws(PostgresError) in
+            try connection.execute("DELETE FROM \(schema).nodes WHERE node = $1", [.text(name)])
+        }
+    }
+}
+
+/// One inbox row, as a node reads it.
+struct InboxRow: Sendable {
+    var id: Int64
+    var stream: String
+    var shard: Int
+    var payload: [UInt8]
+}
+
+/// What one heartbeat found and did.
+struct Tick: Sendable {
+    var desired: Set<Int>
+    var taken: Set<Int>
+    var released: Set<Int>
+    var rows: [InboxRow]
+}
+
+/// Why a cluster node stopped on its own.
+public enum ClusterError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The connection holding the node's shard locks broke: the locks may be gone, so the node stops
+    /// rather than work on shards it may no longer own.
+    case connectionLost(String)
+    /// An append for `stream` was refused because another node had written it: this node had lost the
+    /// shard (paused, partitioned). It stops; the stream's owner continues.
+    case fenced(stream: String, reason: String)
+
+    /// A sentence saying why.
+    public var description: String {
+        switch self {
+        case .connectionLost(let reason): "the node's connection to the database broke: \(reason)"
+        case .fenced(let stream, let reason): "another node owns stream '\(stream)' now (\(reason))"
+        }
+    }
+}

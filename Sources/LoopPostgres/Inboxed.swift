@@ -1,0 +1,52 @@
+public import LoopPersistence
+
+/// An event of a cluster's entity, with the inbox row it came from (`nil` for one its own effects
+/// sent). What a node's durable loops store: the row's id goes with the event into the events table.
+public struct Inboxed<Event: Sendable>: Sendable {
+    /// The inbox row, or `nil` for feedback from the entity's own effects.
+    public var inbox: Int64?
+    /// The event.
+    public var event: Event
+
+    /// Wraps `event`.
+    public init(inbox: Int64?, event: Event) {
+        self.inbox = inbox
+        self.event = event
+    }
+}
+
+/// Encodes an ``Inboxed`` event as its inbox row's id (a marker byte, then 8 bytes) followed by the
+/// event in `base`'s encoding, so the store can read the id without decoding the event.
+public struct InboxedCodec<Event: Sendable>: EventCodec {
+    /// The events' own codec.
+    public let base: any EventCodec<Event>
+
+    /// A codec wrapping `base`.
+    public init(_ base: some EventCodec<Event>) {
+        self.base = base
+    }
+
+    /// The marker byte, then the id's 8 bytes (big-endian) if there is one, then the event's bytes.
+    public func encode(_ value: Inboxed<Event>) throws -> [UInt8] {
+        guard let inbox = value.inbox else { return [0] + (try base.encode(value.event)) }
+        return [1] + (0..<8).map { UInt8(truncatingIfNeeded: inbox >> (56 - 8 * $0)) } + (try base.encode(value.event))
+    }
+
+    /// The event and its inbox row's id; a ``/LoopPersistence/CodecError`` for bytes it did not make.
+    public func decode(_ bytes: [UInt8]) throws -> Inboxed<Event> {
+        guard let marker = bytes.first, marker <= 1, marker == 0 || bytes.count >= 9 else {
+            throw CodecError(
+                "not an inboxed event: \(bytes.count) bytes starting with \(bytes.first.map { "\($0)" } ?? "nothing")"
+            )
+        }
+        let header = marker == 0 ? 1 : 9
+        return Inboxed(inbox: Self.inbox(of: bytes), event: try base.decode(Array(bytes[header...])))
+    }
+
+    /// The inbox row's id in `bytes`, if they carry one; reads nothing else.
+    @Sendable
+    public static func inbox(of bytes: [UInt8]) -> Int64? {
+        guard bytes.count >= 9, bytes[0] == 1 else { return nil }
+        return bytes[1...8].reduce(Int64(0)) { ($0 << 8) | Int64($1) }
+    }
+}

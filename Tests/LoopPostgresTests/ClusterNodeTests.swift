@@ -1,0 +1,162 @@
+import EffectHandlers
+import LoopCore
+import LoopPersistence
+import LoopPostgres
+import LoopRuntime
+import LoopTesting
+import Testing
+
+/// An entity that adds up what it is sent.
+enum Counter {
+    enum Event: Codable, Sendable, Equatable {
+        case add(Int)
+    }
+
+    static let program = DurableProgram<Int, Event, Never>(
+        initial: 0,
+        update: Update { total, event in
+            switch event {
+            case .add(let amount): total += amount
+            }
+            return []
+        }
+    )
+
+    static func node(_ database: String, _ name: String) async throws -> ClusterNode<Int, Event, Never> {
+        try await ClusterNode(
+            connecting: database,
+            name: name,
+            program: program,
+            effects: EffectRouter(),
+            events: JSONCodec<Event>(),
+            states: JSONCodec<Int>(),
+            configuration: .init(heartbeat: .milliseconds(100), membershipTimeout: .seconds(1))
+        )
+    }
+}
+
+@Suite("ClusterNode", .serialized)
+struct ClusterNodeTests {
+    /// Sends `count` events, `.add(1)` each, round-robin over `entities` entities, through the inbox.
+    static func send(_ count: Int, over entities: Int, to database: String) async throws {
+        let inbox = try await PostgresInbox(connecting: database)
+        let codec = JSONCodec<Counter.Event>()
+        for index in 0..<count { try await inbox.send(try codec.encode(.add(1)), to: "entity-\(index % entities)") }
+        await inbox.close()
+    }
+
+    /// Waits until `condition` holds (checked every 50 ms); fails the test after 60 s rather than hang.
+    static func eventually(_ what: String, _ condition: () async throws -> Bool) async throws {
+        for _ in 0..<1_200 {
+            if try await condition() { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        Issue.record("timed out waiting for \(what)")
+    }
+
+    static func query(_ database: String, _ sql: String) throws -> String {
+        try TemporaryPostgres.psql(database, sql: sql).filter { !$0.isWhitespace }
+    }
+
+    /// Every inbox row became exactly one event: as many events as were sent, each inbox id once, and
+    /// every stream's versions 1...n without a gap.
+    static func expectExactlyOnce(_ database: String, sent: Int) throws {
+        #expect(try query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
+        #expect(try query(database, "SELECT count(*) FROM effectloop.events") == "\(sent)")
+        #expect(try query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(sent)")
+        let gaps = try query(
+            database,
+            "SELECT count(*) FROM (SELECT stream, max(version) AS top, count(*) AS n FROM effectloop.events GROUP BY stream) s WHERE top <> n"
+        )
+        #expect(gaps == "0")
+    }
+
+    @Test func aNodeProcessesEveryInboxRowExactlyOnce() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let node = try await Counter.node(database, "solo")
+        let running = Task { try await node.run() }
+        try await Self.send(1_000, over: 100, to: database)
+        try await Self.eventually("the inbox to drain") {
+            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+        }
+        #expect(node.ownedShards.count == 64)
+        #expect((0..<100).map { node.state(of: "entity-\($0)") ?? 0 }.reduce(0, +) == 1_000)
+        node.stop()
+        try await running.value
+        try Self.expectExactlyOnce(database, sent: 1_000)
+        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.nodes") == "0")
+    }
+
+    @Test func twoNodesSplitTheShardsAndAThirdTakesItsShare() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let (a, b) = (try await Counter.node(database, "a"), try await Counter.node(database, "b"))
+        let runningA = Task { try await a.run() }
+        let runningB = Task { try await b.run() }
+        try await Self.eventually("the shards to be split") {
+            a.ownedShards.count + b.ownedShards.count == 64 && a.ownedShards.isDisjoint(with: b.ownedShards)
+                && !a.ownedShards.isEmpty && !b.ownedShards.isEmpty
+        }
+        try await Self.send(600, over: 60, to: database)
+        let c = try await Counter.node(database, "c")
+        let runningC = Task { try await c.run() }
+        try await Self.eventually("the third node to own its share") {
+            let owned = [a, b, c].map(\.ownedShards)
+            return owned.map(\.count).reduce(0, +) == 64 && owned.allSatisfy { !$0.isEmpty }
+                && owned[0].isDisjoint(with: owned[1]) && owned[1].isDisjoint(with: owned[2])
+                && owned[0].isDisjoint(with: owned[2])
+        }
+        try await Self.send(600, over: 60, to: database)
+        try await Self.eventually("the inbox to drain") {
+            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+        }
+        for node in [a, b, c] { node.stop() }
+        for running in [runningA, runningB, runningC] { try await running.value }
+        try Self.expectExactlyOnce(database, sent: 1_200)
+    }
+
+    @Test func whenANodesConnectionDiesTheOthersTakeItsShardsAndLoseNothing() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let (a, b) = (try await Counter.node(database, "a"), try await Counter.node(database, "b"))
+        let runningA = Task { try await a.run() }
+        let runningB = Task { try await b.run() }
+        try await Self.eventually("the shards to be split") {
+            a.ownedShards.count + b.ownedShards.count == 64 && !a.ownedShards.isEmpty && !b.ownedShards.isEmpty
+        }
+        try await Self.send(500, over: 50, to: database)
+        // The connection holding node a's shard locks is cut, as if its machine died: the locks go with it.
+        try TemporaryPostgres.psql(
+            database,
+            sql: """
+                SELECT pg_terminate_backend(pid) FROM pg_locks
+                WHERE locktype = 'advisory' AND objid = \(a.ownedShards.first ?? 0)
+                """
+        )
+        await #expect(throws: ClusterError.self) { try await runningA.value }
+        try await Self.send(500, over: 50, to: database)
+        try await Self.eventually("b to own every shard") { b.ownedShards.count == 64 }
+        try await Self.eventually("the inbox to drain") {
+            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+        }
+        b.stop()
+        try await runningB.value
+        try Self.expectExactlyOnce(database, sent: 1_000)
+    }
+
+    @Test func aRowThatDoesNotDecodeGoesToTheDeadLettersAndTheRestIsProcessed() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let node = try await Counter.node(database, "solo")
+        let running = Task { try await node.run() }
+        let inbox = try await PostgresInbox(connecting: database)
+        try await inbox.send(Array("not json".utf8), to: "entity-1")
+        await inbox.close()
+        try await Self.send(10, over: 2, to: database)
+        try await Self.eventually("the inbox to drain") {
+            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+        }
+        #expect(try Self.query(database, "SELECT stream FROM effectloop.inbox_dead") == "entity-1")
+        #expect(node.counts.dead == 1)
+        #expect((node.state(of: "entity-0") ?? 0) + (node.state(of: "entity-1") ?? 0) == 10)
+        node.stop()
+        try await running.value
+    }
+}
