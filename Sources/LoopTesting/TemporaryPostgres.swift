@@ -1,3 +1,4 @@
+internal import LoopRuntime
 internal import Synchronization
 
 #if canImport(Glibc)
@@ -34,7 +35,8 @@ public final class TemporaryPostgres: Sendable {
     private let databases = Atomic<Int>(0)
     private let stopped = Atomic<Bool>(false)
 
-    private static let sharedServer = Mutex<Result<TemporaryPostgres, Unavailable>?>(nil)
+    /// A `Locked`, not a `Mutex`: the thread sanitizer sees its lock (see `Locked`).
+    private static let sharedServer = Locked<Result<TemporaryPostgres, Unavailable>?>(nil)
 
     /// The server this process shares between its tests: `EFFECTLOOP_POSTGRES`'s, or one started on
     /// first use with `fsync` off (a test's crash safety is not the server's).
@@ -231,7 +233,7 @@ public final class TemporaryPostgres: Sendable {
 }
 
 /// The shared server, stopped when the process exits.
-private let exitStop = Mutex<TemporaryPostgres?>(nil)
+private let exitStop = Locked<TemporaryPostgres?>(nil)
 
 private func registerExitStop(_ server: TemporaryPostgres) {
     exitStop.withLock { $0 = server }

@@ -20,6 +20,8 @@ enum Timed {
         case search(String)
         case hit(Int, latest: Bool = true)
         case cancel(EffectKey)
+        /// Waits at the gate "slow", then asks for `then`.
+        indirect case slow(then: Effect)
 
         var lifecycle: EffectLifecycle {
             switch self {
@@ -27,6 +29,7 @@ enum Timed {
             case .search: .debounce("search", for: .seconds(1))
             case .hit(_, let latest): .throttle("hit", every: .seconds(10), latest: latest)
             case .cancel(let key): .cancel(key)
+            case .slow: .concurrent()
             }
         }
 
@@ -35,7 +38,7 @@ enum Timed {
             case .later(let name, _, _): name
             case .search(let text): "search \(text)"
             case .hit(let number, _): "hit \(number)"
-            case .cancel: nil
+            case .cancel, .slow: nil
             }
         }
     }
@@ -94,6 +97,8 @@ struct TimeLifecycleTests {
         loop.send(.ask(.later("reminder", by: .seconds(5))))
         await clock.sleepers(atLeast: 1)
         clock.advance(by: .seconds(4))
+        // Still waiting: its sleeper was not woken (advance wakes due sleepers before it returns).
+        #expect(clock.sleeperCount == 1)
         #expect(started.withLock { $0 }.isEmpty)
         clock.advance(by: .seconds(1))
         await waitUntil("the reminder ran") { loop.state.done == ["reminder"] }
@@ -124,7 +129,8 @@ struct TimeLifecycleTests {
         for burst in 0..<3 {
             for letter in ["a", "b", "c", "d"] {
                 loop.send(.ask(.search("\(burst)\(letter)")))
-                // Processed (so the one it replaces is cancelled), and its wait begun.
+                // Processed (so the one it replaces is cancelled), and its wait begun: a replaced effect
+                // never sleeps on the clock once cancelled, so the one sleeper is this search's.
                 await loop.whenIdle()
                 await clock.sleepers(atLeast: 1)
                 #expect(clock.sleeperCount == 1)
@@ -153,6 +159,7 @@ struct TimeLifecycleTests {
         loop.send(.ask(.hit(3)))
         await clock.sleepers(atLeast: 1)
         clock.advance(by: .seconds(9))
+        #expect(clock.sleeperCount == 1)
         #expect(started.withLock { $0 } == ["hit 1"])
         clock.advance(by: .seconds(1))
         await waitUntil("the latest hit ran") { loop.state.done == ["hit 1", "hit 3"] }
@@ -184,7 +191,62 @@ struct TimeLifecycleTests {
         #expect(report.effectsDropped == 1)
     }
 
-    @Test func aGracefulStopCancelsWhatWaitsForTimeAndDoesNotWaitForIt() async throws {
+    @Test(.timeLimit(.minutes(1)))
+    func anEntityWithAThrottleIntervalUnderWayIsNotQuietEnoughToPassivate() async throws {
+        let group = LoopGroup<String, Timed.State, Timed.Event, Timed.Effect>(
+            program: { _ in Program(first: First(state: Timed.State()), update: Update(Timed.update)) },
+            effects: EffectRouter<Timed.Effect, Timed.Event>()
+                .route({ $0.name }, to: ClosureEffectHandler { name, send in send(.done(name)) }),
+            clock: clock
+        )
+        let running = Task { try await group.run() }
+        group.send(.ask(.hit(1)), to: "x")
+        group.send(.ask(.hit(2)), to: "x")
+        await waitUntil("the first hit ran") { group.state(of: "x")?.done == ["hit 1"] }
+        // Hit 2 waits for the interval: passivating now would lose it.
+        #expect(!group.passivate("x") { _ in true })
+        await clock.sleepers(atLeast: 1)
+        clock.advance(by: .seconds(10))
+        await waitUntil("the second hit ran") { group.state(of: "x")?.done == ["hit 1", "hit 2"] }
+        // Its interval is under way: a new loop would not know it, and could start two within it.
+        #expect(!group.passivate("x") { _ in true })
+        await clock.sleepers(atLeast: 1)
+        clock.advance(by: .seconds(10))
+        await waitUntil("the interval ended and x passivated") { group.passivate("x") { _ in true } }
+        group.stop()
+        _ = try await running.value
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func aDelayAskedForAfterTheStopBeganIsCancelledNotWaitedFor() async throws {
+        let gates = Gates()
+        let loop = Loop(
+            program: Program(first: First(state: Timed.State()), update: Update(Timed.update)),
+            effects: EffectRouter<Timed.Effect, Timed.Event>()
+                .route(
+                    { if case .slow(let then) = $0 { then } else { nil } },
+                    to: ClosureEffectHandler { then, send in
+                        try await gates.pass("slow")
+                        send(.ask(then))
+                    }
+                )
+                .route({ $0.name }, to: ClosureEffectHandler { name, send in send(.done(name)) }),
+            clock: clock
+        )
+        let running = Task { try await loop.run() }
+        loop.send(.ask(.slow(then: .later("retry", by: .seconds(60)))))
+        await waitUntil("the slow effect runs") { gates.arrivals("slow") == 1 }
+        loop.stop(gracePeriod: .seconds(30))
+        gates.open("slow")
+        // The clock never moves: the retry asked for during the stop is cancelled, not waited for.
+        let report = try await running.value
+        #expect(report.ending == .drained)
+        #expect(report.effectsCancelled == 1)
+        #expect(loop.state.done.isEmpty)
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func aGracefulStopCancelsWhatWaitsForTimeAndDoesNotWaitForIt() async throws {
         let observed = Locked<[String]>([])
         let loop = Loop(
             program: Program(first: First(state: Timed.State()), update: Update(Timed.update)),

@@ -97,9 +97,11 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         self.tracksAll = tracksAll
     }
 
-    /// Whether no effect is running or waiting.
+    /// Whether no effect is running or waiting (behind its key, or for a throttle interval).
     @inlinable
-    var isEmpty: Bool { running.isEmpty && queuedCount == 0 && uncounted == 0 }
+    var isEmpty: Bool {
+        running.isEmpty && queuedCount == 0 && uncounted == 0 && !windows.values.contains { $0.pending != nil }
+    }
 
     /// Whether `id` is running and has not been resolved (timed out, abandoned).
     @inlinable
@@ -111,6 +113,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         _ effect: Effect,
         _ lifecycle: EffectLifecycle,
         _ perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void,
+        holds: Bool = true,
         report: inout LoopReport
     ) -> Admission<Effect, Event> {
         var cancelling: [CancelHandle] = []
@@ -133,7 +136,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
                 let (handles, queued) = cancel(key, report: &report)
                 return .cancel(cancelling: handles, cancelled: queued)
             case .throttle:
-                return throttle(effect, lifecycle, perform, key: key, report: &report)
+                return throttle(effect, lifecycle, perform, key: key, holds: holds, report: &report)
             default:
                 break
             }
@@ -145,13 +148,15 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     }
 
     /// Admits a throttled effect: it starts now and opens an interval, or, within one, waits for its end
-    /// (replacing the one waiting) or is dropped.
+    /// (replacing the one waiting) or is dropped. Unless `holds` (the loop is stopping), nothing waits: an
+    /// effect within an interval is dropped.
     @inlinable
     mutating func throttle(
         _ effect: Effect,
         _ lifecycle: EffectLifecycle,
         _ perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void,
         key: EffectKey,
+        holds: Bool = true,
         report: inout LoopReport
     ) -> Admission<Effect, Event> {
         guard var window = windows[key] else {
@@ -161,7 +166,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
             enroll(admitted, report: &report)
             return .throttled(admitted, interval: lifecycle.interval ?? .zero)
         }
-        guard lifecycle.keepsLatest else {
+        guard lifecycle.keepsLatest, holds else {
             report.effectsDropped += 1
             return .dropped
         }

@@ -413,7 +413,11 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
                 continue
             }
             guard case .async(let perform)? = performer else { continue }
-            decisions.append(Decision(index, self.effects.admit(effect, lifecycle, perform, report: &report)))
+            let holding: Bool
+            if case .running = self.lifecycle { holding = true } else { holding = false }
+            decisions.append(
+                Decision(index, self.effects.admit(effect, lifecycle, perform, holds: holding, report: &report))
+            )
         }
         return Dispatch(effects: effects, decisions: decisions, host: decisions.isEmpty ? nil : host)
     }
@@ -517,8 +521,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// as the check, so no event slips in between: how a group passivates an idle member.
     @inlinable
     mutating func stopIfQuiet(_ quiet: (State) -> Bool) -> Stop? {
-        guard case .running(_, draining: false) = lifecycle, inbox.isEmpty, effects.isEmpty, pendingMapped == 0,
-            quiet(machine.state)
+        guard case .running(_, draining: false) = lifecycle, inbox.isEmpty, effects.isEmpty, effects.windows.isEmpty,
+            pendingMapped == 0, quiet(machine.state)
         else { return nil }
         return stop()
     }
@@ -571,10 +575,11 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     /// A delayed effect's task starts waiting for its delay; `cancel` ends the wait. `false` when it must
-    /// not run (it was cancelled, or the loop stopped).
+    /// not run: it was cancelled, or the loop is stopping (a graceful stop starts nothing that waits for
+    /// time, even an effect asked for after the stop began) or stopped.
     @inlinable
     mutating func arm(_ id: UInt64, cancel: CancelHandle) -> Bool {
-        guard !isStopped else { return false }
+        guard case .running = lifecycle else { return false }
         return effects.arm(id, cancel: cancel)
     }
 

@@ -54,17 +54,26 @@ extension Loop {
     func waitForDelay(of admitted: Admitted<Effect, Event>) async -> Bool {
         guard let delay = admitted.lifecycle.delay else { return true }
         let clock = context.clock
-        let sleeper = Task { try await clock.sleep(for: delay) }
+        let run = EffectRun()
         let id = admitted.id
-        guard storage.withLock({ $0.arm(id, cancel: CancelHandle(id: id) { sleeper.cancel() }) }) else {
-            sleeper.cancel()
-            return false
+        // Armed before the wait begins, so an effect cancelled first never starts sleeping on the clock.
+        guard storage.withLock({ $0.arm(id, cancel: CancelHandle(id: id) { run.cancel() }) }) else { return false }
+        let sleeper = Task {
+            do {
+                try await clock.sleep(for: delay)
+                run.resolve(.completed)
+            } catch {
+                run.resolve(.cancelled)
+            }
         }
-        return await withTaskCancellationHandler {
-            (try? await sleeper.value) != nil
+        run.attach(sleeper)
+        let outcome = await withTaskCancellationHandler {
+            await run.outcome()
         } onCancel: {
-            sleeper.cancel()
+            run.cancel()
         }
+        if case .completed = outcome { return true }
+        return false
     }
 
     /// Runs an effect that may be cancelled on its own or time out. Its handler runs in a task of its own,

@@ -132,6 +132,8 @@ enum Requests {
         let result = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<Value, RequestError>, Never>) in
                 waiter.install(continuation)
+                // Cancelled (or timed out) before it was sent: the caller has its error, so send nothing.
+                guard !waiter.isSettled else { return }
                 let id = requestIdentifiers.add(1, ordering: .relaxed).newValue
                 let event = make(ReplyTo(id: id, channel: RequestTicket(waiter)))
                 // The event (and the ticket in it) lives until the rejection is recorded, so a rejected
