@@ -23,14 +23,16 @@ enum PostgresBatch {
     /// appends to one stream in a batch chain) and lists the rows of those that pass, in order.
     static func plan(
         _ appends: [Append],
-        current: [String: UInt64],
+        current: [[UInt8]: UInt64],
         inboxOf: (@Sendable ([UInt8]) -> Int64?)? = nil
     ) -> (results: [Result<UInt64, EventStoreError>], rows: [Row]) {
         var versions = current
         var results: [Result<UInt64, EventStoreError>] = []
         var rows: [Row] = []
         for append in appends {
-            let actual = versions[append.stream] ?? 0
+            // Keyed by the name's bytes: Swift calls canonically equivalent strings equal, PostgreSQL does not.
+            let key = Array(append.stream.utf8)
+            let actual = versions[key] ?? 0
             guard append.expected == actual else {
                 results.append(
                     .failure(
@@ -53,7 +55,7 @@ enum PostgresBatch {
                 )
             }
             let next = actual + UInt64(append.payloads.count)
-            versions[append.stream] = next
+            versions[key] = next
             results.append(.success(next))
         }
         return (results, rows)
@@ -104,11 +106,11 @@ enum PostgresBatch {
         of streams: [String],
         schema: String,
         on connection: PostgresConnection
-    ) throws(PostgresError) -> [String: UInt64] {
+    ) throws(PostgresError) -> [[UInt8]: UInt64] {
         var unique: [String] = []
-        var seen: Set<String> = []
-        for stream in streams where seen.insert(stream).inserted { unique.append(stream) }
-        var versions: [String: UInt64] = [:]
+        var seen: Set<[UInt8]> = []
+        for stream in streams where seen.insert(Array(stream.utf8)).inserted { unique.append(stream) }
+        var versions: [[UInt8]: UInt64] = [:]
         var start = 0
         while start < unique.count {
             let end = min(unique.count, start + 30_000)
@@ -122,7 +124,7 @@ enum PostgresBatch {
                 slice.map { .text($0) }
             )
             for row in rows.rows.indices {
-                versions[try rows.text(row, 0)] = UInt64(try rows.int(row, 1))
+                versions[Array(try rows.text(row, 0).utf8)] = try rows.version(row, 1)
             }
             start = end
         }

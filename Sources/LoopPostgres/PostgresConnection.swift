@@ -35,6 +35,15 @@ package struct PostgresRows: Sendable {
         return cell.reduce(Int64(0)) { ($0 << 8) | Int64($1) }
     }
 
+    /// The cell at `row`, `column` as a version (a `bigint` that must not be negative).
+    package func version(_ row: Int, _ column: Int) throws(PostgresError) -> UInt64 {
+        let value = try int(row, column)
+        guard let version = UInt64(exactly: value) else {
+            throw PostgresError(.protocolViolation, message: "a negative version (\(value)) at row \(row)")
+        }
+        return version
+    }
+
     /// The cell at `row`, `column` as text.
     package func text(_ row: Int, _ column: Int) throws(PostgresError) -> String {
         guard rows.indices.contains(row), rows[row].indices.contains(column), let cell = rows[row][column] else {
@@ -62,7 +71,16 @@ package final class PostgresConnection {
     /// Connects with `conninfo` (`host=/tmp/pg dbname=app`, or a `postgresql://` URL).
     package init(_ conninfo: String) throws(PostgresError) {
         self.conninfo = conninfo
-        let connection = PQconnectdb(conninfo)
+        // Defaults first, then the caller's conninfo (expanded from `dbname`), whose settings win: a server
+        // that does not answer the connection in 10 s, or a peer gone silent for about a minute, is an
+        // error rather than a hang.
+        let keywords = [
+            "connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "dbname",
+        ]
+        let values = ["10", "1", "30", "10", "3", conninfo]
+        let connection = Self.withCStrings(keywords) { keywords in
+            Self.withCStrings(values) { values in PQconnectdbParams(keywords, values, 1) }
+        }
         guard let connection, PQstatus(connection) == CONNECTION_OK else {
             let message = connection.map { Self.message(of: $0) } ?? "out of memory"
             PQfinish(connection)
@@ -120,7 +138,10 @@ package final class PostgresConnection {
                 types.append(0)
                 buffers.append([])
             }
-            lengths.append(Int32(buffers[buffers.count - 1].count))
+            guard let length = Int32(exactly: buffers[buffers.count - 1].count) else {
+                throw PostgresError(.statement, message: "a parameter of \(buffers[buffers.count - 1].count) bytes")
+            }
+            lengths.append(length)
             formats.append(1)
         }
         let result = Self.withPointers(to: buffers, nulls: parameters.map { $0 == .null }) { values in
@@ -156,6 +177,13 @@ package final class PostgresConnection {
         }
         let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
         return PostgresRows(rows: rows, affected: affected)
+    }
+
+    /// Calls `body` with a NULL-terminated array of C strings, valid for the call only.
+    private static func withCStrings<R>(_ strings: [String], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
+        let copies = strings.map { strdup($0) }
+        defer { for copy in copies { free(copy) } }
+        return body(copies.map { $0.map { UnsafePointer($0) } } + [nil])
     }
 
     /// Waits up to `milliseconds` for a notification on a channel this connection listens to (`LISTEN`);

@@ -1,3 +1,4 @@
+internal import Dispatch
 public import LoopPersistence
 internal import LoopRuntime
 internal import Synchronization
@@ -41,6 +42,17 @@ public final class PostgresEventStore: EventStore {
     /// How many transactions the writer has committed (or tried to): fewer than the appends when
     /// group commit batches them. For tests.
     package var transactions: Int { batches.load(ordering: .relaxed) }
+
+    /// How many appends wait for the writer. For tests.
+    package var queuedAppends: Int { queue.withLock { $0.pending.count } }
+
+    /// Holds the writer until the returned function is called: appends made meanwhile queue up, and the
+    /// writer then takes them together. For tests of group commit.
+    package func holdWriter() -> @Sendable () -> Void {
+        let gate = DispatchSemaphore(value: 0)
+        writer.schedule { gate.wait() }
+        return { gate.signal() }
+    }
 
     private struct WriteQueue {
         var pending: [PendingAppend] = []
@@ -108,6 +120,9 @@ public final class PostgresEventStore: EventStore {
     ) async throws
         -> UInt64
     {
+        if let problem = Self.problem(with: payloads, stream: stream) {
+            throw EventStoreError(.invalid(reason: problem), stream: stream)
+        }
         let result = await withCheckedContinuation {
             (continuation: CheckedContinuation<Result<UInt64, EventStoreError>, Never>) in
             let pending = PendingAppend(
@@ -147,8 +162,8 @@ public final class PostgresEventStore: EventStore {
             var events: [StoredEvent] = []
             events.reserveCapacity(rows.rows.count)
             for row in rows.rows.indices {
-                let version = try rows.int(row, 0)
-                events.append(StoredEvent(stream: stream, version: UInt64(version), payload: try rows.bytes(row, 1)))
+                let version = try rows.version(row, 0)
+                events.append(StoredEvent(stream: stream, version: version, payload: try rows.bytes(row, 1)))
             }
             return events
         }
@@ -162,7 +177,7 @@ public final class PostgresEventStore: EventStore {
                 "SELECT coalesce(max(version), 0)::bigint FROM \(table) WHERE stream = $1",
                 [.text(stream)]
             )
-            return UInt64(try rows.int(0, 0))
+            return try rows.version(0, 0)
         }
     }
 
@@ -197,7 +212,7 @@ public final class PostgresEventStore: EventStore {
                 [.text(stream)]
             )
             guard !rows.rows.isEmpty else { return nil }
-            return Snapshot(stream: stream, version: UInt64(try rows.int(0, 0)), payload: try rows.bytes(0, 1))
+            return Snapshot(stream: stream, version: try rows.version(0, 0), payload: try rows.bytes(0, 1))
         }
     }
 
@@ -235,6 +250,9 @@ public final class PostgresEventStore: EventStore {
         switch outcome {
         case .success(let results):
             return results
+        case .failure(let error) where error.kind == .statement && batch.count > 1:
+            // Something in the batch the server refused: each append on its own, so only that one fails.
+            return batch.flatMap { commit([$0]) }
         case .failure(let error):
             return batch.map { .failure(Self.storeError(error, doing: "append", stream: $0.stream)) }
         }
@@ -253,6 +271,19 @@ public final class PostgresEventStore: EventStore {
         } catch {
             throw Self.storeError(error, doing: action, stream: stream)
         }
+    }
+
+    /// The largest payload the store takes: PostgreSQL's `bytea` holds up to 1 GB, and a batch's
+    /// statement must stay under its 1 GB message limit too.
+    static let largestPayload = 256 * 1_024 * 1_024
+
+    /// Why the server would refuse this append, found before it can fail a whole batch; `nil` if none.
+    static func problem(with payloads: [[UInt8]], stream: String) -> String? {
+        if stream.utf8.contains(0) { return "a stream name with a NUL character" }
+        if let large = payloads.first(where: { $0.count > largestPayload }) {
+            return "an event of \(large.count) bytes, more than the \(largestPayload) bytes the store takes"
+        }
+        return nil
     }
 
     static func storeError(_ error: PostgresError, doing action: String, stream: String? = nil) -> EventStoreError {

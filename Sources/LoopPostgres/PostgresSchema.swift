@@ -102,7 +102,7 @@ enum PostgresSchema {
                 "SELECT value FROM \(schema).effectloop_meta WHERE key = 'schema_version'"
             )
             let installed = rows.rows.isEmpty ? 0 : Int(try rows.int(0, 0))
-            guard installed <= steps.count else {
+            guard installed >= 0, installed <= steps.count else {
                 throw PostgresError(
                     .statement,
                     message: "schema \(schema) is at version \(installed); this library knows up to \(steps.count)"

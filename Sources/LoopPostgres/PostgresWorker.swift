@@ -10,6 +10,7 @@ internal import Dispatch
 final class PostgresWorker: @unchecked Sendable {
     private let queue: DispatchQueue
     private var connection: PostgresConnection?
+    private var closed = false
     private let conninfo: String
 
     init(_ conninfo: String, label: String) {
@@ -60,12 +61,14 @@ final class PostgresWorker: @unchecked Sendable {
             queue.async {
                 self.connection?.close()
                 self.connection = nil
+                self.closed = true
                 continuation.resume()
             }
         }
     }
 
     private func connected() throws(PostgresError) -> PostgresConnection {
+        if closed { throw PostgresError(.connection, message: "the store is closed") }
         if let connection, connection.isConnected { return connection }
         let fresh = try PostgresConnection(conninfo)
         connection = fresh

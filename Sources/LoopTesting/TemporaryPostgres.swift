@@ -104,6 +104,8 @@ public final class TemporaryPostgres: Sendable {
                 ]
             )
         } catch {
+            // pg_ctl may have started the server before it gave up waiting for it.
+            _ = try? Self.run(asUser + ["\(bin)/pg_ctl", "-D", data, "stop", "-m", "immediate"])
             Self.remove(directory)
             throw error
         }

@@ -127,7 +127,7 @@ struct ClusterNodeTests {
         try TemporaryPostgres.psql(
             database,
             sql: """
-                SELECT pg_terminate_backend(pid) FROM pg_locks
+                SELECT pg_terminate_backend(pid, 10000) FROM pg_locks
                 WHERE locktype = 'advisory' AND objid = \(a.ownedShards.first ?? 0)
                 """
         )

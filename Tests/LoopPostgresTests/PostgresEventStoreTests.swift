@@ -101,14 +101,19 @@ struct PostgresHostileTests {
     @Test func appendsFromManyLoopsShareTransactions() async throws {
         let database = try TemporaryPostgres.shared().createDatabase()
         let store = try await PostgresEventStore(connecting: database)
+        let before = store.transactions
+        // The writer is held while the appends queue, as it is while a transaction commits.
+        let release = store.holdWriter()
         let versions = try await withThrowingTaskGroup(of: UInt64.self) { group in
             for stream in 0..<1_000 {
                 group.addTask { try await store.append([Self.payload(stream)], to: "entity-\(stream)", expecting: 0) }
             }
+            while store.queuedAppends < 1_000 { await Task.yield() }
+            release()
             return try await group.reduce(into: [UInt64]()) { $0.append($1) }
         }
         #expect(versions.count == 1_000 && versions.allSatisfy { $0 == 1 })
-        #expect(store.transactions < 1_000)
+        #expect(store.transactions - before == 1)
         await store.close()
     }
 
@@ -120,7 +125,7 @@ struct PostgresHostileTests {
         try TemporaryPostgres.psql(
             database,
             sql:
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(name)' AND pid <> pg_backend_pid()"
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = '\(name)' AND pid <> pg_backend_pid()"
         )
         do {
             _ = try await store.append([Self.payload(2)], to: "s", expecting: 1)
@@ -146,5 +151,42 @@ struct PostgresHostileTests {
         await #expect(throws: EventStoreError(.unavailable(reason: "the store is closed"), stream: "s")) {
             try await store.version(of: "s")
         }
+    }
+}
+
+@Suite("PostgresEventStore, what the server would refuse")
+struct PostgresRefusalTests {
+    @Test func aStreamNameWithANULFailsAloneNotItsBatch() async throws {
+        let store = try await PostgresEventStore(connecting: try TemporaryPostgres.shared().createDatabase())
+        let release = store.holdWriter()
+        async let good = store.append([[1]], to: "good", expecting: 0)
+        async let bad = PostgresHostileTests.outcome { try await store.append([[2]], to: "bad\u{0}name", expecting: 0) }
+        while store.queuedAppends < 1 { await Task.yield() }
+        release()
+        #expect(try await good == 1)
+        let refused = await bad
+        guard case .failure(let error) = refused else {
+            Issue.record("an append to a stream with a NUL in its name was stored")
+            return
+        }
+        #expect(
+            error as? EventStoreError
+                == EventStoreError(.invalid(reason: "a stream name with a NUL character"), stream: "bad\u{0}name")
+        )
+        await store.close()
+    }
+
+    @Test func canonicallyEquivalentNamesAreTwoStreamsAsPostgreSQLSeesThem() async throws {
+        let store = try await PostgresEventStore(connecting: try TemporaryPostgres.shared().createDatabase())
+        let (composed, decomposed) = ("caf\u{E9}", "cafe\u{301}")
+        let release = store.holdWriter()
+        async let first = store.append([[1]], to: composed, expecting: 0)
+        async let second = store.append([[2], [3]], to: decomposed, expecting: 0)
+        while store.queuedAppends < 2 { await Task.yield() }
+        release()
+        #expect(try await first == 1)
+        #expect(try await second == 2)
+        #expect(try await store.read(decomposed, after: 0, limit: 10).map(\.payload) == [[2], [3]])
+        await store.close()
     }
 }

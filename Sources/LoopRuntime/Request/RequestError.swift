@@ -7,7 +7,9 @@ public enum RequestError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The loop stopped before it replied.
     case loopStopped
     /// The loop let go of the request without replying: no copy of its ``/LoopCore/ReplyTo`` is left
-    /// (the update neither replied nor kept it), so no reply can ever come.
+    /// (the update neither replied nor kept it), so no reply can ever come. Noticed when the last copy
+    /// goes: an observer that keeps events (a recorder, a journal) keeps it too, and the caller then
+    /// waits for its timeout or the loop's stop. Give requests a timeout.
     case unanswered
     /// No reply came within the deadline the caller gave.
     case timedOut(after: Duration)
