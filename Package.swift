@@ -78,7 +78,7 @@ let package = Package(
         ),
         .testTarget(
             name: "LoopPostgresTests",
-            dependencies: ["LoopCore", "LoopPersistence", "LoopPostgres", "LoopRuntime", "LoopTesting"]
+            dependencies: ["LoopCore", "LoopPersistence", "LoopPostgres", "LoopRuntime", "LoopTesting", "loop-bench"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -57,6 +57,40 @@ public final class PostgresInbox: Sendable {
         }
     }
 
+    /// Puts every `(stream, payload)` of `rows` in the inbox in one transaction, in order; returns once
+    /// they are committed (all of them, or none on an error).
+    public func send(_ rows: [(stream: String, payload: [UInt8])]) async throws {
+        guard !rows.isEmpty else { return }
+        let table = "\(schema).inbox"
+        let batch = rows.map { PostgresValue.text($0.stream) } + rows.map { PostgresValue.bytes($0.payload) }
+        let count = rows.count
+        do {
+            _ = try await worker.run { connection throws(PostgresError) in
+                var start = 0
+                try connection.execute("BEGIN")
+                do throws(PostgresError) {
+                    while start < count {
+                        let end = min(count, start + 20_000)
+                        let values = (start..<end).map { "($\(2 * ($0 - start) + 1), $\(2 * ($0 - start) + 2))" }
+                        var parameters: [PostgresValue] = []
+                        for index in start..<end { parameters += [batch[index], batch[count + index]] }
+                        try connection.execute(
+                            "INSERT INTO \(table) (stream, payload) VALUES " + values.joined(separator: ","),
+                            parameters
+                        )
+                        start = end
+                    }
+                    try connection.execute("COMMIT")
+                } catch {
+                    if error.kind != .connection { _ = try? connection.execute("ROLLBACK") }
+                    throw error
+                }
+            }
+        } catch {
+            throw PostgresEventStore.storeError(error, doing: "send to the inbox")
+        }
+    }
+
     /// How many rows wait in the inbox, in all shards.
     public func waiting() async throws -> Int {
         let table = "\(schema).inbox"

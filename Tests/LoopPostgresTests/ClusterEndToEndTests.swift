@@ -1,0 +1,200 @@
+import Foundation
+import LoopPersistence
+import LoopPostgres
+import LoopTesting
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A child process of the test: the built `loop-bench` in one of its cluster modes. Killed with SIGKILL
+/// if still running when released, so no test leaves one behind.
+final class Child: @unchecked Sendable {
+    // @unchecked Sendable: `pid` and `exited` are only touched by the test's one task, in order.
+    let pid: pid_t
+    let log: String
+    private var exited: Int32?
+
+    static var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("loop-bench")
+            .path
+    }
+
+    init(_ arguments: [String], log: String) throws {
+        self.log = log
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        for descriptor in 3..<Int32(1_024) where fcntl(descriptor, F_GETFD) >= 0 {
+            posix_spawn_file_actions_addclose(&actions, descriptor)
+        }
+        let words = [Self.binary] + arguments
+        var argv: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) }
+        argv.append(nil)
+        defer { for word in argv { free(word) } }
+        var pid: pid_t = 0
+        let status = posix_spawn(&pid, Self.binary, &actions, nil, argv, environ)
+        guard status == 0 else { throw CocoaError(.executableLoad) }
+        self.pid = pid
+    }
+
+    /// Sends `signal`.
+    func signal(_ signal: Int32) {
+        if exited == nil { kill(pid, signal) }
+    }
+
+    /// Waits for the process to exit (polling, so a test's time limit can still end a hung one); its
+    /// raw wait status.
+    func wait() async -> Int32 {
+        while exited == nil {
+            var status: Int32 = 0
+            let reaped = waitpid(pid, &status, WNOHANG)
+            if reaped == pid { exited = status } else { try? await Task.sleep(for: .milliseconds(20)) }
+        }
+        return exited ?? -1
+    }
+
+    deinit {
+        if exited == nil {
+            kill(pid, SIGKILL)
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+        }
+    }
+}
+
+@Suite("Cluster, end to end", .serialized)
+struct ClusterEndToEndTests {
+    static let sanitized = ProcessInfo.processInfo.environment["EFFECTLOOP_SANITIZED"] != nil
+    /// 10,000 entities and 100,000 events from two producers; smaller under the sanitizers, whose
+    /// builds are an order of magnitude slower.
+    static let (entities, eventsPerProducer) = sanitized ? (500, 2_000) : (10_000, 50_000)
+
+    static func query(_ database: String, _ sql: String) throws -> String {
+        try TemporaryPostgres.psql(database, sql: sql).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// 3 nodes, 2 producers, one node killed with SIGKILL at a point `seed` chooses and restarted; then
+    /// every entity's state is the pure replay of the events sent to it, nothing lost or repeated.
+    @Test(.timeLimit(.minutes(10)), arguments: sanitized ? [11] : [11, 23, 37, 41, 53])
+    func killingANodeLosesAndRepeatsNothing(seed: Int) async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        // The schema exists before the nodes start, so they do not race to install it.
+        await (try PostgresInbox(connecting: database)).close()
+        let logs = FileManager.default.temporaryDirectory.appendingPathComponent("effectloop-e2e-\(seed)-\(getpid())")
+            .path
+        try FileManager.default.createDirectory(atPath: logs, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: logs) }
+        func node(_ name: String) throws -> Child {
+            try Child(
+                [
+                    "cluster-node", "--postgres", database, "--name", name, "--heartbeat-ms", "100", "--timeout-ms",
+                    "1500",
+                ],
+                log: "\(logs)/\(name).log"
+            )
+        }
+        var nodes = try ["n1", "n2", "n3"].map(node)
+        let producers = try (0..<2).map { producer in
+            try Child(
+                [
+                    "cluster-send", "--postgres", database, "--producer", "\(producer)",
+                    "--events", "\(Self.eventsPerProducer)", "--entities", "\(Self.entities)",
+                ],
+                log: "\(logs)/producer-\(producer).log"
+            )
+        }
+        let total = 2 * Self.eventsPerProducer
+        // The seeded point: once this many events are committed, a seeded node is killed.
+        var generator = SplitMix(seed: UInt64(seed))
+        let killAt = total / 10 + Int(generator.next() % UInt64(total / 2))
+        let victim = Int(generator.next() % 3)
+        var killed = false
+        for _ in 0..<6_000 {
+            let committed = Int(try Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0
+            if committed >= killAt {
+                killed = true
+                break
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(killed, "the cluster never committed \(killAt) events")
+        nodes[victim].signal(SIGKILL)
+        _ = await nodes[victim].wait()
+        nodes[victim] = try node(["n1", "n2", "n3"][victim])
+        for producer in producers {
+            let status = await producer.wait()
+            #expect(
+                status == 0,
+                "a producer failed: \((try? String(contentsOfFile: producer.log, encoding: .utf8)) ?? "")"
+            )
+        }
+        for _ in 0..<6_000 {
+            let committed = Int(try Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0
+            if committed >= total { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        for child in nodes { child.signal(SIGTERM) }
+        for child in nodes {
+            let status = await child.wait()
+            #expect(
+                status == 0,
+                "a node did not stop cleanly: \((try? String(contentsOfFile: child.log, encoding: .utf8)) ?? "")"
+            )
+        }
+        // Processed equals accepted: every inbox row became exactly one event.
+        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
+        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.events") == "\(total)")
+        #expect(try Self.query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(total)")
+        // No gap and no duplicate version in any stream.
+        let broken = try Self.query(
+            database,
+            "SELECT count(*) FROM (SELECT stream FROM effectloop.events GROUP BY stream HAVING max(version) <> count(*) OR min(version) <> 1) s"
+        )
+        #expect(broken == "0")
+        // Each entity's state, replayed from its stream (each payload is the inbox row's id, 9 bytes, then
+        // the event's JSON), is the pure replay of what was sent to it.
+        var expected = [Int](repeating: 0, count: Self.entities)
+        for producer in 0..<2 {
+            for index in 0..<Self.eventsPerProducer {
+                let (entity, amount) = (
+                    (index &* 7_919 &+ producer &* 104_729) % Self.entities, index % 10 + 1
+                )
+                expected[entity] += amount
+            }
+        }
+        let sums = try Self.query(
+            database,
+            """
+            SELECT string_agg(stream || '=' || total, ',') FROM (
+                SELECT stream, sum((convert_from(substring(payload FROM 10), 'UTF8')::json -> 'add' ->> '_0')::int) AS total
+                FROM effectloop.events GROUP BY stream) s
+            """
+        )
+        var actual = [Int](repeating: 0, count: Self.entities)
+        for pair in sums.split(separator: ",") {
+            let parts = pair.split(separator: "=")
+            if parts.count == 2, let entity = Int(parts[0].dropFirst("entity-".count)), let value = Int(parts[1]) {
+                actual[entity] = value
+            }
+        }
+        #expect(actual == expected)
+    }
+}
+
+/// A small seeded generator, so a seed names one run.
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
