@@ -111,7 +111,11 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             schema: schema,
             inboxOf: { InboxedCodec<Event>.inbox(of: $0) }
         )
-        control = PostgresWorker(conninfo, label: "effectloop.cluster.\(name)")
+        control = PostgresWorker(
+            conninfo,
+            label: "effectloop.cluster.\(name)",
+            applicationName: "effectloop node \(name)"
+        )
         do {
             shards = try await control.run { connection throws(PostgresError) in
                 let rows = try connection.execute(

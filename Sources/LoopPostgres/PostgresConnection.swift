@@ -68,16 +68,18 @@ package final class PostgresConnection {
     /// The connection string it was opened with.
     package let conninfo: String
 
-    /// Connects with `conninfo` (`host=/tmp/pg dbname=app`, or a `postgresql://` URL).
-    package init(_ conninfo: String) throws(PostgresError) {
+    /// Connects with `conninfo` (`host=/tmp/pg dbname=app`, or a `postgresql://` URL); the server shows
+    /// the connection as `applicationName` (in `pg_stat_activity`) unless `conninfo` names one.
+    package init(_ conninfo: String, applicationName: String? = nil) throws(PostgresError) {
         self.conninfo = conninfo
         // Defaults first, then the caller's conninfo (expanded from `dbname`), whose settings win: a server
         // that does not answer the connection in 10 s, or a peer gone silent for about a minute, is an
         // error rather than a hang.
         let keywords = [
-            "connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "dbname",
+            "connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+            "application_name", "dbname",
         ]
-        let values = ["10", "1", "30", "10", "3", conninfo]
+        let values = ["10", "1", "30", "10", "3", applicationName ?? "effectloop", conninfo]
         let connection = Self.withCStrings(keywords) { keywords in
             Self.withCStrings(values) { values in PQconnectdbParams(keywords, values, 1) }
         }

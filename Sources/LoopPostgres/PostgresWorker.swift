@@ -12,9 +12,11 @@ final class PostgresWorker: @unchecked Sendable {
     private var connection: PostgresConnection?
     private var closed = false
     private let conninfo: String
+    private let applicationName: String?
 
-    init(_ conninfo: String, label: String) {
+    init(_ conninfo: String, label: String, applicationName: String? = nil) {
         self.conninfo = conninfo
+        self.applicationName = applicationName
         self.queue = DispatchQueue(label: label)
     }
 
@@ -70,7 +72,7 @@ final class PostgresWorker: @unchecked Sendable {
     private func connected() throws(PostgresError) -> PostgresConnection {
         if closed { throw PostgresError(.connection, message: "the store is closed") }
         if let connection, connection.isConnected { return connection }
-        let fresh = try PostgresConnection(conninfo)
+        let fresh = try PostgresConnection(conninfo, applicationName: applicationName)
         connection = fresh
         return fresh
     }

@@ -49,6 +49,7 @@ func runClusterNode(_ words: [String]) async -> Int32 {
     }
     let heartbeat = Int(option("--heartbeat-ms", in: words) ?? "") ?? 250
     let timeout = Int(option("--timeout-ms", in: words) ?? "") ?? 3_000
+    let schema = option("--schema", in: words) ?? "effectloop"
     do {
         let node = try await ClusterNode(
             connecting: conninfo,
@@ -57,7 +58,11 @@ func runClusterNode(_ words: [String]) async -> Int32 {
             effects: EffectRouter(),
             events: JSONCodec<ClusterTally.Event>(),
             states: JSONCodec<Int>(),
-            configuration: .init(heartbeat: .milliseconds(heartbeat), membershipTimeout: .milliseconds(timeout))
+            configuration: .init(
+                schema: schema,
+                heartbeat: .milliseconds(heartbeat),
+                membershipTimeout: .milliseconds(timeout)
+            )
         )
         signal(SIGTERM, SIG_IGN)
         let terminate = DispatchSource.makeSignalSource(signal: SIGTERM)
@@ -102,5 +107,148 @@ func runClusterSend(_ words: [String]) async -> Int32 {
     } catch {
         Measure.printError("cluster-send \(producer): \(error)\n")
         return 1
+    }
+}
+
+/// A child process of the benchmark: this executable in one of its cluster modes, output discarded.
+final class ClusterProcess {
+    let pid: pid_t
+    private var reaped = false
+
+    init(_ arguments: [String]) throws {
+        var path = [CChar](repeating: 0, count: 4_096)
+        let length = readlink("/proc/self/exe", &path, path.count - 1)
+        let executable =
+            length > 0
+            ? String(decoding: path.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self) : "loop-bench"
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        for descriptor in 3..<Int32(1_024) where fcntl(descriptor, F_GETFD) >= 0 {
+            posix_spawn_file_actions_addclose(&actions, descriptor)
+        }
+        let words = [executable] + arguments
+        var argv: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) }
+        argv.append(nil)
+        defer { for word in argv { free(word) } }
+        var pid: pid_t = 0
+        guard posix_spawn(&pid, executable, &actions, nil, argv, environ) == 0 else {
+            throw CodecError("cannot start \(executable)")
+        }
+        self.pid = pid
+    }
+
+    /// Kills the process with `signal` and reaps it.
+    func stop(_ signal: Int32) {
+        guard !reaped else { return }
+        kill(pid, signal)
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        reaped = true
+    }
+
+    deinit { stop(SIGKILL) }
+}
+
+extension Workloads {
+    /// w11: failover. Two nodes own the shards; a node is killed with SIGKILL and an event is sent at
+    /// once to an entity of one of its shards; the time until that event is committed by the other node
+    /// is the failover time. The killed node restarts (and takes its shards back) before the next round.
+    static func w11(_ sizes: Sizes) async throws -> Outcome {
+        let server: TemporaryPostgres?
+        let base: String
+        if let postgresArgument {
+            (server, base) = (nil, postgresArgument)
+        } else {
+            let started = try TemporaryPostgres(durable: true)
+            (server, base) = (started, started.conninfo + " dbname=postgres")
+        }
+        defer { server?.stop() }
+        let schema = "bench_w11_\(getpid())"
+        let inbox = try await PostgresInbox(connecting: base, schema: schema)
+        let control = try PostgresConnection(base)
+        defer {
+            _ = try? control.execute("DROP SCHEMA \(schema) CASCADE")
+            control.close()
+        }
+        func node(_ name: String) throws -> ClusterProcess {
+            try ClusterProcess(["cluster-node", "--postgres", base, "--name", name, "--schema", schema])
+        }
+        /// The shards each node's lock connection holds.
+        func held() throws -> [String: [Int64]] {
+            let rows = try control.execute(
+                """
+                SELECT a.application_name, l.objid::bigint FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                WHERE l.locktype = 'advisory' AND l.classid::bigint = (hashtext($1)::bigint & 4294967295)
+                """,
+                [.text(schema)]
+            )
+            var held: [String: [Int64]] = [:]
+            for row in rows.rows.indices { held[try rows.text(row, 0), default: []].append(try rows.int(row, 1)) }
+            return held
+        }
+        func settled(_ names: [String]) async throws -> Bool {
+            for _ in 0..<3_000 {
+                let now = try held()
+                if now.values.map(\.count).reduce(0, +) == 64,
+                    names.allSatisfy({ !(now["effectloop node \($0)"] ?? []).isEmpty })
+                {
+                    return true
+                }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            return false
+        }
+        var nodes = ["n1": try node("n1"), "n2": try node("n2")]
+        var ok = try await settled(["n1", "n2"])
+        var failovers: [Double] = []
+        let codec = JSONCodec<ClusterTally.Event>()
+        for round in 0..<sizes.w11Kills where ok {
+            let victim = round % 2 == 0 ? "n1" : "n2"
+            guard let shard = try held()["effectloop node \(victim)"]?.first else {
+                ok = false
+                break
+            }
+            let rows = try control.execute(
+                "SELECT 'w11-\(round)-' || n FROM generate_series(1, 100000) n WHERE \(schema).shard_of('w11-\(round)-' || n, 64) = $1 LIMIT 1",
+                [.int(shard)]
+            )
+            let entity = try rows.text(0, 0)
+            nodes[victim]?.stop(SIGKILL)
+            let killed = ContinuousClock.now
+            try await inbox.send(try codec.encode(.add(1)), to: entity)
+            var processed = false
+            while ContinuousClock.now - killed < .seconds(30) {
+                let count = try control.execute(
+                    "SELECT count(*)::bigint FROM \(schema).events WHERE stream = $1",
+                    [.text(entity)]
+                )
+                if try count.int(0, 0) > 0 {
+                    processed = true
+                    break
+                }
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            let elapsed = ContinuousClock.now - killed
+            failovers.append(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+            ok = ok && processed
+            nodes[victim] = try node(victim)
+            let back = try await settled(["n1", "n2"])
+            ok = ok && back
+        }
+        for process in nodes.values { process.stop(SIGTERM) }
+        await inbox.close()
+        return Outcome(
+            workload: "w11",
+            title:
+                "failover: SIGKILL of a node to the first event of one of its entities committed by another (\(failovers.count) kills)",
+            perSecond: 0,
+            rawPerSecond: 0,
+            runs: failovers.count,
+            ok: ok,
+            extra: [("failover_p50_s", Measure.median(failovers)), ("failover_max_s", failovers.max() ?? 0)]
+        )
     }
 }

@@ -31,6 +31,7 @@ struct Sizes {
     var w8Entities: Int
     var w9Entities: Int
     var w10Events: Int
+    var w11Kills: Int
     var w12Callers: Int
     var w12Requests: Int
 
@@ -48,6 +49,7 @@ struct Sizes {
         w8Entities: 100_000,
         w9Entities: 1_000_000,
         w10Events: 100_000,
+        w11Kills: 5,
         w12Callers: 1_000,
         w12Requests: 100
     )
@@ -65,6 +67,7 @@ struct Sizes {
         w8Entities: 5_000,
         w9Entities: 20_000,
         w10Events: 5_000,
+        w11Kills: 1,
         w12Callers: 100,
         w12Requests: 20
     )
