@@ -4,7 +4,7 @@ FMT_OPTIONS := --configuration .swiftformat --recursive
 SOURCES := Package.swift Sources Tests
 
 deps_note := PostgreSQL (server and libpq-dev) is needed by LoopPostgres and its tests
-.PHONY: deps build test test-tsan test-asan lint format bench bench-quick bench-locks demo docs docs-check
+.PHONY: deps demo-cluster build test test-tsan test-asan lint format bench bench-quick bench-locks demo docs docs-check
 
 # libpq-dev (to build LoopPostgres) and the PostgreSQL server (its tests start a throwaway one), from apt
 # when missing; as root directly, otherwise through sudo. Without either, install them yourself, or point
@@ -15,6 +15,8 @@ test: deps ; swift test $(STRICT)
 test-tsan: deps ; EFFECTLOOP_SANITIZED=1 TSAN_OPTIONS=halt_on_error=1 swift test $(STRICT) --sanitize=thread --scratch-path .build-tsan
 # The scenario fails two jobs on purpose, so loop-demo exits 1 ("some job failed"): that is success here.
 demo: deps ; swift run -c release loop-demo || [ $$? -eq 1 ]
+# The job runner as a cluster of three nodes on a throwaway PostgreSQL server; one node is killed mid-run.
+demo-cluster: deps ; swift run -c release loop-demo cluster-demo
 test-asan: deps ; EFFECTLOOP_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/.lsan-suppressions swift test $(STRICT) --sanitize=address --scratch-path .build-asan
 bench: deps ; swift run -c release loop-bench
 bench-quick: deps ; swift run -c release loop-bench --quick

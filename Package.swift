@@ -43,7 +43,7 @@ let package = Package(
             name: "loop-demo",
             dependencies: [
                 "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopJournal", "LoopPersistence",
-                "LoopDemo",
+                "LoopDemo", "LoopPostgres", "LoopTesting",
             ]
         ),
         .executableTarget(name: "fuzz-commands", dependencies: ["LoopDemo"]),

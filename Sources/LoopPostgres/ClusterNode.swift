@@ -174,7 +174,9 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                 let rows = try await tick()
                 dispatch(rows)
                 if let (stream, reason) = group.failedStreams.first {
-                    failure = .fenced(stream: stream, reason: reason)
+                    failure =
+                        reason.contains("version conflict")
+                        ? .fenced(stream: stream, reason: reason) : .storeFailed(stream: stream, reason: reason)
                     break
                 }
                 let wait = Int32(
@@ -194,7 +196,9 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             failure = .connectionLost("\(error)")
         }
         await leave()
-        group.stop(gracePeriod: .seconds(10))
+        // A node that may have lost its locks commits as little as it can from now on: the database
+        // refuses what another node did meanwhile, but nothing needs to be tried.
+        group.stop(gracePeriod: failure == nil ? .seconds(10) : .zero)
         _ = try? await running.value
         await control.close()
         await store.close()
@@ -248,6 +252,18 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                     [.text(schema), .int(Int64(shard))]
                 )
             }
+            // The entities of the shards just taken: recovered at once, so what they had under way on
+            // the node that owned them before (a job, a retry) resumes without waiting for an event.
+            var wake: [(String, Int)] = []
+            if !taken.isEmpty {
+                let list = taken.sorted().map(String.init).joined(separator: ",")
+                let found = try connection.execute(
+                    "SELECT DISTINCT stream, shard::bigint FROM \(schema).events WHERE shard IN (\(list))"
+                )
+                for index in found.rows.indices {
+                    wake.append((try found.text(index, 0), Int(try found.int(index, 1))))
+                }
+            }
             let mine = owned.union(taken).subtracting(owned.subtracting(desired)).subtracting(releasing)
             var rows: [InboxRow] = []
             if !mine.isEmpty {
@@ -267,7 +283,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                     )
                 }
             }
-            return Tick(desired: desired, taken: taken, released: quietReleasing, rows: rows)
+            return Tick(desired: desired, taken: taken, released: quietReleasing, rows: rows, wake: wake)
         }
         ledger.withLock { ledger in
             ledger.owned.formUnion(outcome.taken)
@@ -276,7 +292,9 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             ledger.owned.subtract(handing)
             ledger.releasing.formUnion(handing)
             ledger.releasing.subtract(outcome.released)
+            for (entity, shard) in outcome.wake { ledger.shardOf[entity] = shard }
         }
+        for (entity, _) in outcome.wake { group.wake(entity) }
         return outcome.rows
     }
 
@@ -362,6 +380,7 @@ struct Tick: Sendable {
     var taken: Set<Int>
     var released: Set<Int>
     var rows: [InboxRow]
+    var wake: [(String, Int)]
 }
 
 /// Why a cluster node stopped on its own.
@@ -372,12 +391,16 @@ public enum ClusterError: Error, Hashable, Sendable, CustomStringConvertible {
     /// An append for `stream` was refused because another node had written it: this node had lost the
     /// shard (paused, partitioned). It stops; the stream's owner continues.
     case fenced(stream: String, reason: String)
+    /// The store failed an append for `stream` (the database refused or was unreachable): the entity
+    /// cannot continue in this process, so the node stops and its shards go to the others.
+    case storeFailed(stream: String, reason: String)
 
     /// A sentence saying why.
     public var description: String {
         switch self {
         case .connectionLost(let reason): "the node's connection to the database broke: \(reason)"
         case .fenced(let stream, let reason): "another node owns stream '\(stream)' now (\(reason))"
+        case .storeFailed(let stream, let reason): "the store failed stream '\(stream)': \(reason)"
         }
     }
 }

@@ -76,18 +76,55 @@ enum PostgresBatch {
             do throws(PostgresError) {
                 try connection.execute("BEGIN")
                 let current = try versions(of: appends.map(\.stream), schema: schema, on: connection)
-                let (results, rows) = plan(appends, current: current, inboxOf: inboxOf)
+                // An append carrying an inbox row another writer already consumed repeats a transition
+                // someone else made: it conflicts, as a stale version does.
+                let consumed =
+                    try inboxOf.map { inboxOf throws(PostgresError) in
+                        try alreadyConsumed(
+                            appends.flatMap { $0.payloads.compactMap(inboxOf) },
+                            schema: schema,
+                            on: connection
+                        )
+                    } ?? []
+                let fresh = appends.map { append in
+                    consumed.isEmpty || !append.payloads.contains { inboxOf?($0).map(consumed.contains) ?? false }
+                }
+                var (results, rows) = plan(
+                    appends.indices.filter { fresh[$0] }.map { appends[$0] },
+                    current: current,
+                    inboxOf: inboxOf
+                )
+                if fresh.contains(false) {
+                    var merged: [Result<UInt64, EventStoreError>] = []
+                    var next = results.makeIterator()
+                    for (index, append) in appends.enumerated() {
+                        if fresh[index], let result = next.next() {
+                            merged.append(result)
+                        } else {
+                            let actual = current[Array(append.stream.utf8)] ?? 0
+                            merged.append(
+                                .failure(
+                                    EventStoreError(
+                                        .versionConflict(expected: append.expected, actual: actual),
+                                        stream: append.stream
+                                    )
+                                )
+                            )
+                        }
+                    }
+                    results = merged
+                }
                 var start = 0
                 while start < rows.count {
                     let end = min(rows.count, start + PostgresEventStore.rowsPerStatement)
                     try insert(rows[start..<end], schema: schema, on: connection)
                     start = end
                 }
-                let consumed = rows.compactMap(\.inbox)
+                let taken = rows.compactMap(\.inbox)
                 var first = 0
-                while first < consumed.count {
-                    let end = min(consumed.count, first + 30_000)
-                    let slice = consumed[first..<end]
+                while first < taken.count {
+                    let end = min(taken.count, first + 30_000)
+                    let slice = taken[first..<end]
                     let list = slice.indices.map { "$\($0 - first + 1)" }.joined(separator: ",")
                     try connection.execute("DELETE FROM \(schema).inbox WHERE id IN (\(list))", slice.map { .int($0) })
                     first = end
@@ -99,6 +136,27 @@ enum PostgresBatch {
                 guard (error.isUniqueViolation || error.isRetryable) && attempt < 8 else { throw error }
             }
         }
+    }
+
+    /// Which of the inbox rows `ids` an event already consumed.
+    static func alreadyConsumed(
+        _ ids: [Int64],
+        schema: String,
+        on connection: PostgresConnection
+    ) throws(PostgresError) -> Set<Int64> {
+        var consumed: Set<Int64> = []
+        var start = 0
+        while start < ids.count {
+            let end = min(ids.count, start + 30_000)
+            let list = (start..<end).map { "$\($0 - start + 1)" }.joined(separator: ",")
+            let rows = try connection.execute(
+                "SELECT inbox_id FROM \(schema).events WHERE inbox_id IN (\(list))",
+                ids[start..<end].map { .int($0) }
+            )
+            for row in rows.rows.indices { consumed.insert(try rows.int(row, 0)) }
+            start = end
+        }
+        return consumed
     }
 
     /// The current version of each of `streams` (0 for one with no events).

@@ -216,6 +216,21 @@ public final class PostgresEventStore: EventStore {
         }
     }
 
+    /// The names of the streams that have events, in order, at most `limit` of them after `after`: to
+    /// list the entities of a store page by page.
+    public func streams(after: String = "", limit: Int = 1_000) async throws -> [String] {
+        let table = "\(schema).events"
+        return try await reading(after, "list the streams") { connection throws(PostgresError) in
+            let rows = try connection.execute(
+                "SELECT DISTINCT stream FROM \(table) WHERE stream > $1 ORDER BY stream LIMIT $2",
+                [.text(after), .int(Int64(max(0, limit)))]
+            )
+            var names: [String] = []
+            for row in rows.rows.indices { names.append(try rows.text(row, 0)) }
+            return names
+        }
+    }
+
     // MARK: Writing
 
     /// On the writer's queue: commits what is queued, batch after batch, until the queue is empty.

@@ -43,12 +43,19 @@ enum PostgresSchema {
                 )
                 """,
                 "CREATE INDEX inbox_by_shard ON \(schema).inbox (shard, id)",
+                // Each stream's shard, kept with its events, so a node taking a shard over finds its
+                // entities (to recover them, so what they had under way resumes).
+                """
+                ALTER TABLE \(schema).events
+                ADD COLUMN shard integer GENERATED ALWAYS AS (\(schema).shard_of(stream, 64)) STORED
+                """,
+                "CREATE INDEX events_by_shard ON \(schema).events (shard, stream)",
                 """
                 CREATE FUNCTION \(schema).inbox_route() RETURNS trigger LANGUAGE plpgsql AS $$
                 BEGIN
                     NEW.shard := \(schema).shard_of(
                         NEW.stream,
-                        coalesce((SELECT value FROM \(schema).effectloop_meta WHERE key = 'shards'), 64)::integer
+                        64
                     );
                     RETURN NEW;
                 END $$

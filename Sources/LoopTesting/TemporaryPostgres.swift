@@ -95,7 +95,7 @@ public final class TemporaryPostgres: Sendable {
         do throws(Unavailable) {
             try Self.run(initdb)
             let options =
-                "-k \(directory) -c listen_addresses='' -c max_connections=200"
+                "-k \(directory) -c listen_addresses='' -c max_connections=500"
                 + (durable ? "" : " -c fsync=off")
             try Self.run(
                 asUser + [

@@ -48,6 +48,15 @@ let usage = """
       --store DIR      a durable run: every event is on disk in DIR before its effects start; after a
                        crash (even kill -9), the same command with the same DIR continues the run:
                        finished jobs never run again, running ones start again (at least once)
+      node --postgres CONNINFO [--name NAME]
+                       run one node of the job runner as a cluster, until SIGTERM (it then hands its
+                       jobs' shards over to the other nodes)
+      submit --postgres CONNINFO NAME -- COMMAND...
+                       submit a job to the cluster; exits 0 once it is committed
+      jobs --postgres CONNINFO
+                       one line per job of the cluster: NAME OUTCOME
+      cluster-demo     a throwaway PostgreSQL server, 3 nodes and a dozen jobs; one node is killed
+                       with SIGKILL while jobs run, the others finish them (make demo-cluster)
       replay FILE      replay a journal through the pure logic, check its digests, print the final state
       replay --store DIR
                        replay a store's events through the pure logic, check them against its
@@ -76,6 +85,10 @@ func printError(_ text: String) {
 
 enum Mode {
     case run(stdin: Bool, journal: String?, acks: Bool, store: String?)
+    case node(conninfo: String, name: String?)
+    case submit(conninfo: String, words: [String])
+    case jobs(conninfo: String)
+    case clusterDemo
     case replay(String)
     case replayStore(String)
     case help
@@ -85,6 +98,30 @@ enum Mode {
 func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
     if arguments == ["--help"] || arguments == ["-h"] { return .success(.help) }
     if arguments == ["--version"] { return .success(.version) }
+    if let verb = arguments.first, ["node", "submit", "jobs"].contains(verb) {
+        guard arguments.count >= 3, arguments[1] == "--postgres" else {
+            return .failure(CommandError(description: "\(verb) needs --postgres CONNINFO"))
+        }
+        let conninfo = arguments[2]
+        let rest = Array(arguments.dropFirst(3))
+        switch verb {
+        case "node":
+            if rest.isEmpty { return .success(.node(conninfo: conninfo, name: nil)) }
+            guard rest.count == 2, rest[0] == "--name" else {
+                return .failure(CommandError(description: "usage: node --postgres CONNINFO [--name NAME]"))
+            }
+            return .success(.node(conninfo: conninfo, name: rest[1]))
+        case "submit":
+            guard rest.count >= 3, rest[1] == "--" else {
+                return .failure(CommandError(description: "usage: submit --postgres CONNINFO NAME -- COMMAND..."))
+            }
+            return .success(.submit(conninfo: conninfo, words: rest))
+        default:
+            guard rest.isEmpty else { return .failure(CommandError(description: "usage: jobs --postgres CONNINFO")) }
+            return .success(.jobs(conninfo: conninfo))
+        }
+    }
+    if arguments == ["cluster-demo"] { return .success(.clusterDemo) }
     if arguments.first == "replay" {
         if arguments.count == 3 && arguments[1] == "--store" { return .success(.replayStore(arguments[2])) }
         guard arguments.count == 2 else { return .failure(CommandError(description: "replay takes one journal file")) }
@@ -346,6 +383,14 @@ case .success(.replayStore(let directory)):
     exit(await replayStore(directory))
 case .success(.run(let stdin, let journal, let acks, let store)):
     exit(await run(stdin: stdin, journalPath: journal, acks: acks, storePath: store))
+case .success(.node(let conninfo, let name)):
+    exit(await runNode(conninfo: conninfo, name: name))
+case .success(.submit(let conninfo, let words)):
+    exit(await submit(conninfo: conninfo, words: words))
+case .success(.jobs(let conninfo)):
+    exit(await listJobs(conninfo: conninfo))
+case .success(.clusterDemo):
+    exit(await clusterDemo())
 case .failure(let error):
     printError("loop-demo: \(error)")
     printError(usage)

@@ -129,6 +129,7 @@ struct ClusterNodeTests {
             sql: """
                 SELECT pg_terminate_backend(pid, 10000) FROM pg_locks
                 WHERE locktype = 'advisory' AND objid = \(a.ownedShards.first ?? 0)
+                AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
                 """
         )
         await #expect(throws: ClusterError.self) { try await runningA.value }

@@ -52,3 +52,31 @@ struct PostgresInboxTests {
         await store.close()
     }
 }
+
+@Suite("PostgresEventStore consuming the inbox")
+struct InboxConsumptionTests {
+    @Test func anEventTakesItsInboxRowAndARepeatOfItConflicts() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let inbox = try await PostgresInbox(connecting: database)
+        let id = try await inbox.send(Array("add".utf8), to: "s")
+        let store = try await PostgresEventStore(
+            connecting: database,
+            schema: "effectloop",
+            inboxOf: { InboxedCodec<String>.inbox(of: $0) }
+        )
+        let codec = InboxedCodec(JSONCodec<String>())
+        let event = try codec.encode(Inboxed(inbox: id, event: "add"))
+        #expect(try await store.append([event], to: "s", expecting: 0) == 1)
+        #expect(try await inbox.waiting() == 0)
+        // The same row again (a node that processed it late): a conflict, not a second transition.
+        await #expect(throws: EventStoreError(.versionConflict(expected: 1, actual: 1), stream: "s")) {
+            try await store.append([event], to: "s", expecting: 1)
+        }
+        #expect(try await store.version(of: "s") == 1)
+        let local = try codec.encode(Inboxed(inbox: nil, event: "feedback"))
+        #expect(try await store.append([local], to: "s", expecting: 1) == 2)
+        #expect(try codec.decode(try await store.read("s", after: 1, limit: 1)[0].payload).event == "feedback")
+        await store.close()
+        await inbox.close()
+    }
+}
