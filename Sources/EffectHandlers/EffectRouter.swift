@@ -202,6 +202,16 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     public func pullback<Outer: Sendable>(
         _ extract: @escaping @Sendable (Outer) -> Effect?
     ) -> EffectRouter<Outer, Event> {
+        pullback(extract, key: nil)
+    }
+
+    /// ``pullback(_:)``, with each effect performed under the ``IdempotencyKey`` `key` gives its outer
+    /// effect (``IdempotencyKey/current`` while its handler runs): how a durable loop keys its effects.
+    @inlinable
+    package func pullback<Outer: Sendable>(
+        _ extract: @escaping @Sendable (Outer) -> Effect?,
+        key: (@Sendable (Outer) -> IdempotencyKey?)?
+    ) -> EffectRouter<Outer, Event> {
         let lifecycleOf = self.lifecycleOf
         var outer = EffectRouter<Outer, Event>(lifecycleOf: { extract($0).map(lifecycleOf) ?? .concurrent() })
         outer.hasAsyncRoutes = hasAsyncRoutes
@@ -213,7 +223,8 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
                     accepts: { extract($0).map(accepts) ?? false },
                     performer: .sync { effect, send in
                         guard let inner = extract(effect) else { return }
-                        try perform(inner, send)
+                        guard let key, let value = key(effect) else { return try perform(inner, send) }
+                        try IdempotencyKey.$current.withValue(value) { try perform(inner, send) }
                     }
                 )
             case .async(let perform):
@@ -221,7 +232,8 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
                     accepts: { extract($0).map(accepts) ?? false },
                     performer: .async { effect, send in
                         guard let inner = extract(effect) else { return }
-                        try await perform(inner, send)
+                        guard let key, let value = key(effect) else { return try await perform(inner, send) }
+                        try await IdempotencyKey.$current.withValue(value) { try await perform(inner, send) }
                     }
                 )
             }

@@ -98,7 +98,8 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
         let effects = update(&durable, .recovered(recovered, version: 7, snapshot: 7))
         #expect(
             effects == [
-                .effect(.charge(2)),
+                // A resumed effect carries the recovered version, marked resumed.
+                .effect(.charge(2), key: IdempotencyKey(stream: "ledger", version: 7, index: 0, resumed: true)),
                 .append(stream: "ledger", events: [.add(5)], expecting: 7, snapshot: nil),
             ]
         )
@@ -117,13 +118,16 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
         #expect(
             update(&durable, .recorded(upTo: 1))
                 == [
-                    .effect(.charge(1)),
+                    .effect(.charge(1), key: IdempotencyKey(stream: "ledger", version: 1, index: 0)),
                     .append(stream: "ledger", events: [.add(2)], expecting: 1, snapshot: nil),
                 ]
         )
         // The second batch brings the count since the last snapshot to 2; a third event would carry one.
         #expect(
-            update(&durable, .recorded(upTo: 2)) == [.effect(.charge(2)), .acknowledge([.init(ticket: 9, version: 2)])]
+            update(&durable, .recorded(upTo: 2)) == [
+                .effect(.charge(2), key: IdempotencyKey(stream: "ledger", version: 2, index: 0)),
+                .acknowledge([.init(ticket: 9, version: 2)]),
+            ]
         )
         let third = update(&durable, .event(.add(3), ticket: nil))
         #expect(third == [.append(stream: "ledger", events: [.add(3)], expecting: 2, snapshot: durable.state)])
@@ -163,6 +167,33 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
             try BinaryCodec<Ledger.Event>().decode($0.payload)
         }
         #expect(Set(stored) == [.add(5), .add(7), .charged(5), .charged(7)])
+        loop.stop()
+        _ = try await running.value
+    }
+
+    @Test func eachEffectRunsUnderTheKeyOfItsEventAndAResumedOneUnderTheRecoveredVersion() async throws {
+        let store = InMemoryEventStore()
+        _ = try await store.append(
+            [Ledger.Event.add(5)].map { try BinaryCodec<Ledger.Event>().encode($0) },
+            to: "ledger",
+            expecting: 0
+        )
+        let keys = Locked<[String]>([])
+        let router = EffectRouter<Ledger.Effect, Ledger.Event>()
+            .route(
+                { if case .charge(let amount) = $0 { amount } else { nil } },
+                to: ClosureEffectHandler { amount, send in
+                    keys.withLock { $0.append(IdempotencyKey.current?.description ?? "none") }
+                    send(.charged(amount))
+                }
+            )
+        let loop = DurableLoop(stream: "ledger", program: Ledger.program, effects: router, store: store)
+        let running = Task { try await loop.run() }
+        // The recovered charge of 5 resumes; the charge of 7 is event 2's first effect.
+        #expect(try await loop.sendDurably(.add(7)) == 2)
+        await eventually("both charges ran") { keys.withLock { $0.count } == 2 }
+        #expect(Set(keys.withLock { $0 }) == ["ledger@1~resume#0", "ledger@2#0"])
+        #expect(IdempotencyKey.current == nil)
         loop.stop()
         _ = try await running.value
     }

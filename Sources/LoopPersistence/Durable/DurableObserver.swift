@@ -25,7 +25,7 @@ public struct DurableObserver<State: Sendable, Event: Sendable, Effect: Sendable
             if case .event(let event, _)? = input { event } else { nil }
         }
         func effect(_ effect: DurableEffect<State, Event, Effect>) -> Effect? {
-            if case .effect(let effect) = effect { effect } else { nil }
+            if case .effect(let effect, _) = effect { effect } else { nil }
         }
         switch activity {
         case .eventProcessed(let input, let origin, let duration, let depth, let outers):

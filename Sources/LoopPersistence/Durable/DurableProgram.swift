@@ -1,3 +1,4 @@
+public import EffectHandlers
 public import LoopCore
 
 /// The pure half of a durable loop: where it starts when its stream is new, how it handles events, and
@@ -55,8 +56,9 @@ public enum DurableInput<State, Event> {
 /// What a durable loop asks its runtime to do: the program's effects, once their event is durable, and
 /// the store's work.
 public enum DurableEffect<State, Event, Effect> {
-    /// An effect of the program, performed by its route.
-    case effect(Effect)
+    /// An effect of the program, performed by its route; its handler sees `key` as
+    /// ``/EffectHandlers/IdempotencyKey/current``.
+    case effect(Effect, key: IdempotencyKey? = nil)
     /// Read the stream back: its latest snapshot, then every event after it folded through the update.
     case recover(stream: String)
     /// Append `events` to `stream`, which is at version `expecting`; then, if `snapshot` is set, save it
@@ -187,7 +189,13 @@ extension DurableProgram {
                 durable.recorded = version
                 // Events since the snapshot count toward the next one, across restarts and passivation.
                 durable.sinceSnapshot = version - min(snapshot, version)
-                var effects = resume(state).map { DurableEffect<State, Event, Effect>.effect($0) }
+                let stream = durable.stream
+                var effects = resume(state).enumerated().map { index, effect in
+                    DurableEffect<State, Event, Effect>.effect(
+                        effect,
+                        key: IdempotencyKey(stream: stream, version: version, index: index, resumed: true)
+                    )
+                }
                 let held = durable.held
                 durable.held = []
                 for (event, ticket) in held { durable.apply(event, ticket: ticket, update: update) }
@@ -201,7 +209,13 @@ extension DurableProgram {
                 var acknowledgements: [Acknowledgement] = []
                 let released = durable.pending.prefix { $0.version <= version }
                 for pending in released {
-                    effects += pending.effects.map { DurableEffect<State, Event, Effect>.effect($0) }
+                    let (stream, version) = (durable.stream, pending.version)
+                    effects += pending.effects.enumerated().map { index, effect in
+                        DurableEffect<State, Event, Effect>.effect(
+                            effect,
+                            key: IdempotencyKey(stream: stream, version: version, index: index)
+                        )
+                    }
                     if let ticket = pending.ticket {
                         acknowledgements.append(Acknowledgement(ticket: ticket, version: pending.version))
                     }

@@ -109,9 +109,12 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
     ) -> EffectRouter<DurableEffect<State, Event, Effect>, DurableInput<State, Event>> {
         let storage = self
         return effects.mapEvents { DurableInput.event($0, ticket: nil) }
-            .pullback { (effect: DurableEffect<State, Event, Effect>) in
-                if case .effect(let inner) = effect { inner } else { nil }
-            }
+            .pullback(
+                { (effect: DurableEffect<State, Event, Effect>) in
+                    if case .effect(let inner, _) = effect { inner } else { nil }
+                },
+                key: { effect in if case .effect(_, let key) = effect { key } else { nil } }
+            )
             .route(
                 { if case .recover(let stream) = $0 { stream } else { nil } },
                 to: ClosureEffectHandler { stream, send in
