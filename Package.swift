@@ -62,7 +62,9 @@ let package = Package(
         ),
         .testTarget(
             name: "LoopDemoTests",
-            dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopDemo", "loop-demo"]
+            dependencies: [
+                "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopDemo", "LoopTesting", "loop-demo",
+            ]
         ),
         .testTarget(
             name: "LoopJournalTests",

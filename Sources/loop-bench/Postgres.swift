@@ -17,6 +17,14 @@ let postgresArgument: String? = arguments.firstIndex(of: "--postgres").flatMap {
     arguments.indices.contains($0 + 1) ? arguments[$0 + 1] : nil
 }
 
+/// The server a PostgreSQL workload runs against: `--postgres`'s, or a throwaway one with fsync and
+/// synchronous commit on (returned, to be stopped); and the conninfo of its database.
+func benchServer() throws -> (server: TemporaryPostgres?, conninfo: String) {
+    if let postgresArgument { return (nil, postgresArgument) }
+    let started = try TemporaryPostgres(durable: true)
+    return (started, started.conninfo + " dbname=postgres")
+}
+
 extension Workloads {
     /// w10: events sent to 10,000 durable entities on `PostgresEventStore`, each committed (group commit,
     /// `synchronous_commit` on) before its effect runs. Raw: the same rows inserted by a plain libpq loop
@@ -24,14 +32,7 @@ extension Workloads {
     static func w10(_ sizes: Sizes) async throws -> Outcome {
         let entities = 10_000
         let events = sizes.w10Events
-        let server: TemporaryPostgres?
-        let base: String
-        if let postgresArgument {
-            (server, base) = (nil, postgresArgument)
-        } else {
-            let started = try TemporaryPostgres(durable: true)
-            (server, base) = (started, started.conninfo + " dbname=postgres")
-        }
+        let (server, base) = try benchServer()
         defer { server?.stop() }
         var rates: [Double] = []
         var raws: [Double] = []

@@ -51,7 +51,7 @@ let usage = """
       node --postgres CONNINFO [--name NAME]
                        run one node of the job runner as a cluster, until SIGTERM (it then hands its
                        jobs' shards over to the other nodes)
-      submit --postgres CONNINFO NAME -- COMMAND...
+      submit --postgres CONNINFO NAME [--timeout SECONDS] [--retries N] -- COMMAND...
                        submit a job to the cluster; exits 0 once it is committed
       jobs --postgres CONNINFO
                        one line per job of the cluster: NAME OUTCOME
@@ -112,8 +112,13 @@ func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
             }
             return .success(.node(conninfo: conninfo, name: rest[1]))
         case "submit":
-            guard rest.count >= 3, rest[1] == "--" else {
-                return .failure(CommandError(description: "usage: submit --postgres CONNINFO NAME -- COMMAND..."))
+            // NAME [--timeout SECONDS] [--retries N] -- COMMAND..., as the `run` command takes them.
+            guard let dash = rest.firstIndex(of: "--"), dash >= 1, dash < rest.count - 1 else {
+                return .failure(
+                    CommandError(
+                        description: "usage: submit --postgres CONNINFO NAME [--timeout S] [--retries N] -- COMMAND..."
+                    )
+                )
             }
             return .success(.submit(conninfo: conninfo, words: rest))
         default:
