@@ -29,6 +29,28 @@ enum Tally {
         }
     )
 
+    /// A group of Tally entities on `store`, without snapshots, its effects counted by `counter`.
+    static func group(on store: any EventStore, counter: Counter) -> DurableLoopGroup<Int, Int, Event, Effect> {
+        DurableLoopGroup(program: program, effects: counter.router, store: store, snapshotEvery: nil)
+    }
+
+    /// Sends `events` `.add(1)` round-robin to `entities` entities on `store`, each durable before its
+    /// effect runs: the seconds until every effect ran, and the entities' totals added up.
+    static func run(on store: any EventStore, entities: Int, events: Int) async throws -> (seconds: Double, total: Int)
+    {
+        let counter = Counter()
+        let group = group(on: store, counter: counter)
+        let running = Task { try await group.run() }
+        _ = await group.waitUntilRunning()
+        let seconds = await Measure.seconds {
+            for index in 0..<events { group.send(.add(1), to: index % entities) }
+            await counter.wait(for: events)
+        }
+        group.stop()
+        _ = try await running.value
+        return (seconds, (0..<entities).reduce(0) { $0 + (group.state(of: $1) ?? 0) })
+    }
+
     /// Counts effects performed, and wakes a waiter once `target` are.
     final class Counter: Sendable {
         let performed = Atomic<Int>(0)
@@ -76,25 +98,10 @@ extension Workloads {
             let directory = scratchStore("w7")
             defer { removeTree(directory) }
             let store = try FileEventStore(directory: directory)
-            let counter = Tally.Counter()
-            let group = DurableLoopGroup<Int, Int, Tally.Event, Tally.Effect>(
-                program: Tally.program,
-                effects: counter.router,
-                store: store,
-                snapshotEvery: nil
-            )
-            let running = Task { try await group.run() }
-            _ = await group.waitUntilRunning()
             let events = sizes.w7Events
-            let seconds = await Measure.seconds {
-                for index in 0..<events { group.send(.add(1), to: index % entities) }
-                await counter.wait(for: events)
-            }
-            group.stop()
-            _ = try await running.value
+            let (seconds, total) = try await Tally.run(on: store, entities: entities, events: events)
             let statistics = store.statistics
             await store.close()
-            let total = (0..<entities).reduce(0) { $0 + (group.state(of: $1) ?? 0) }
             ok = ok && total == events && statistics.events == UInt64(events)
             rates.append(Double(events) / seconds)
             batch = Double(statistics.bytes) / Double(max(1, statistics.syncs))
@@ -162,12 +169,7 @@ extension Workloads {
             let counter = Tally.Counter()
             let start = ContinuousClock.now
             let store = try FileEventStore(directory: directory)
-            let group = DurableLoopGroup<Int, Int, Tally.Event, Tally.Effect>(
-                program: Tally.program,
-                effects: counter.router,
-                store: store,
-                snapshotEvery: nil
-            )
+            let group = Tally.group(on: store, counter: counter)
             let running = Task { try await group.run() }
             for entity in 0..<entities { group.wake(entity) }
             while group.recoveries < entities { try? await Task.sleep(for: .microseconds(500)) }

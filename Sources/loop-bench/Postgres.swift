@@ -41,24 +41,9 @@ extension Workloads {
         for run in 0..<sizes.runs {
             let schema = "bench_w10_\(getpid())_\(run)"
             let store = try await PostgresEventStore(connecting: base, schema: schema)
-            let counter = Tally.Counter()
-            let group = DurableLoopGroup<Int, Int, Tally.Event, Tally.Effect>(
-                program: Tally.program,
-                effects: counter.router,
-                store: store,
-                snapshotEvery: nil
-            )
-            let running = Task { try await group.run() }
-            _ = await group.waitUntilRunning()
-            let seconds = await Measure.seconds {
-                for index in 0..<events { group.send(.add(1), to: index % entities) }
-                await counter.wait(for: events)
-            }
-            group.stop()
-            _ = try await running.value
+            let (seconds, total) = try await Tally.run(on: store, entities: entities, events: events)
             let transactions = store.transactions
             await store.close()
-            let total = (0..<entities).reduce(0) { $0 + (group.state(of: $1) ?? 0) }
             ok = ok && total == events
             rates.append(Double(events) / seconds)
             perTransaction = Double(events) / Double(max(1, transactions))
