@@ -193,26 +193,15 @@ public final class TemporaryPostgres: Sendable {
             close(file)
             unlink(path)
         }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_adddup2(&actions, file, 1)
-        posix_spawn_file_actions_adddup2(&actions, file, 2)
-        // Nothing else of this process reaches the child: a watchdog or a server that inherited the
-        // write end of some pipe of this process would keep its reader from ever seeing the end.
-        if addCloseFrom?(&actions, 3) != 0 {
-            for descriptor in 3..<Int32(1_024) where fcntl(descriptor, F_GETFD) >= 0 {
-                posix_spawn_file_actions_addclose(&actions, descriptor)
-            }
-        }
-        let words = ["/usr/bin/env"] + command
-        var arguments: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) }
-        arguments.append(nil)
-        defer { for argument in arguments { free(argument) } }
-        var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, "/usr/bin/env", &actions, nil, arguments, environ)
-        guard spawned == 0 else {
+        var spawned: Int32 = 0
+        guard
+            let pid = ChildProcess.spawn(
+                "/usr/bin/env",
+                ["/usr/bin/env"] + command,
+                output: .descriptor(file),
+                failure: &spawned
+            )
+        else {
             throw Unavailable(description: "cannot start \(command.joined(separator: " ")) (errno \(spawned))")
         }
         var status: Int32 = 0
@@ -245,16 +234,3 @@ private func registerExitStop(_ server: TemporaryPostgres) {
 private func stopAtExit() {
     exitStop.withLock { $0 }?.stop()
 }
-
-/// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later), looked up at run time because
-/// Swift's Glibc module does not export it; `nil` where the C library lacks it.
-private let addCloseFrom: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32)? = {
-    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") else {
-        return nil
-    }
-    // The symbol is that function, whose C signature is exactly this type.
-    return unsafeBitCast(
-        symbol,
-        to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self
-    )
-}()

@@ -121,21 +121,10 @@ final class ClusterProcess {
         let executable =
             length > 0
             ? String(decoding: path.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self) : "loop-bench"
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        for descriptor in 3..<Int32(1_024) where fcntl(descriptor, F_GETFD) >= 0 {
-            posix_spawn_file_actions_addclose(&actions, descriptor)
-        }
-        let words = [executable] + arguments
-        var argv: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) }
-        argv.append(nil)
-        defer { for word in argv { free(word) } }
-        var pid: pid_t = 0
-        guard posix_spawn(&pid, executable, &actions, nil, argv, environ) == 0 else {
-            throw CodecError("cannot start \(executable)")
+        var failure: Int32 = 0
+        guard let pid = ChildProcess.spawn(executable, [executable] + arguments, output: .discarded, failure: &failure)
+        else {
+            throw CodecError("cannot start \(executable) (errno \(failure))")
         }
         self.pid = pid
     }
@@ -143,9 +132,7 @@ final class ClusterProcess {
     /// Kills the process with `signal` and reaps it.
     func stop(_ signal: Int32) {
         guard !reaped else { return }
-        kill(pid, signal)
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
+        ChildProcess.stop(pid, with: signal)
         reaped = true
     }
 

@@ -177,12 +177,9 @@ final class DemoProcess {
     private var reaped = false
 
     init(_ words: [String]) throws {
-        var argv: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) }
-        argv.append(nil)
-        defer { for word in argv { free(word) } }
-        var pid: pid_t = 0
-        guard posix_spawn(&pid, words[0], nil, nil, argv, environ) == 0 else {
-            throw CommandError(description: "cannot start \(words[0])")
+        var failure: Int32 = 0
+        guard let pid = ChildProcess.spawn(words[0], words, output: .inherited, failure: &failure) else {
+            throw CommandError(description: "cannot start \(words[0]) (errno \(failure))")
         }
         self.pid = pid
     }
@@ -190,9 +187,7 @@ final class DemoProcess {
     /// Sends `signal` and waits for the process to end.
     func stop(_ signal: Int32) {
         guard !reaped else { return }
-        kill(pid, signal)
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
+        ChildProcess.stop(pid, with: signal)
         reaped = true
     }
 }

@@ -25,22 +25,10 @@ final class Child: @unchecked Sendable {
 
     init(_ arguments: [String], log: String) throws {
         self.log = log
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0o644)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        for descriptor in 3..<Int32(1_024) where fcntl(descriptor, F_GETFD) >= 0 {
-            posix_spawn_file_actions_addclose(&actions, descriptor)
-        }
-        let words = [Self.binary] + arguments
-        var argv: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) }
-        argv.append(nil)
-        defer { for word in argv { free(word) } }
-        var pid: pid_t = 0
-        let status = posix_spawn(&pid, Self.binary, &actions, nil, argv, environ)
-        guard status == 0 else { throw CocoaError(.executableLoad) }
+        var failure: Int32 = 0
+        guard
+            let pid = ChildProcess.spawn(Self.binary, [Self.binary] + arguments, output: .file(log), failure: &failure)
+        else { throw CocoaError(.executableLoad) }
         self.pid = pid
     }
 
