@@ -77,7 +77,11 @@ package final class LockedBuffer<Value>: ManagedBuffer<Value, UInt64> {
     static func initializeMutex(at words: UnsafeMutablePointer<UInt64>) {
         let mutex = UnsafeMutableRawPointer(words).bindMemory(to: pthread_mutex_t.self, capacity: 1)
         mutex.initialize(to: pthread_mutex_t())
-        _ = pthread_mutex_init(mutex, nil)
+        var attributes = pthread_mutexattr_t()
+        _ = pthread_mutexattr_init(&attributes)
+        _ = pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
+        _ = pthread_mutex_init(mutex, &attributes)
+        _ = pthread_mutexattr_destroy(&attributes)
     }
 
     @usableFromInline

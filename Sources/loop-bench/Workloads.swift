@@ -298,11 +298,25 @@ enum Workloads {
         )
     }
 
-    /// w3s: standalone loops, each running its own `run()`, 10 events each; resident bytes per loop
-    /// while they all run, measured in the first run (the benchmark starts this workload in a fresh
-    /// process, so no freed page hides what the loops take).
+    /// w3s: standalone loops, each started (`start()`, no task of its own), 10 events each; resident bytes
+    /// per loop while they all run, measured in the first run (the benchmark starts this workload in a
+    /// fresh process, so no freed page hides what the loops take). Also measured once, after the runs: the
+    /// same loops each running in a task of their own that awaits `run()`, as a service with one loop per
+    /// connection task would.
     static func w3s(_ sizes: Sizes) async throws -> Outcome {
         let count = sizes.w3Loops
+        func makeLoops() -> [Loop<Int, Count, Never>] {
+            (0..<count).map { _ in
+                Loop(program: Program(first: First(state: 0), update: counting), effects: EffectRouter<Never, Count>())
+            }
+        }
+        func sendTen(_ loops: [Loop<Int, Count, Never>]) async -> Double {
+            await Measure.seconds {
+                for round in 0..<10 {
+                    for loop in loops { loop.send(round.isMultiple(of: 2) ? .increment : .add(2)) }
+                }
+            }
+        }
         var rates: [Double] = []
         var firstBytes: Double?
         var createdBytes: Double?
@@ -310,27 +324,33 @@ enum Workloads {
         for _ in 0..<sizes.runs {
             Measure.trimHeap()
             let before = Measure.status("VmRSS")
-            let loops = (0..<count).map { _ in
-                Loop(program: Program(first: First(state: 0), update: counting), effects: EffectRouter<Never, Count>())
-            }
+            let loops = makeLoops()
             if createdBytes == nil { createdBytes = Double(max(0, Measure.status("VmRSS") - before)) / Double(count) }
-            let seconds = try await withThrowingTaskGroup(of: Void.self) { tasks in
-                for loop in loops { tasks.addTask { try await loop.run() } }
-                for loop in loops { _ = await loop.waitUntilRunning() }
-                let seconds = await Measure.seconds {
-                    for round in 0..<10 {
-                        for loop in loops { loop.send(round.isMultiple(of: 2) ? .increment : .add(2)) }
-                    }
-                }
-                let after = Measure.status("VmRSS")
-                if firstBytes == nil { firstBytes = Double(max(0, after - before)) / Double(count) }
-                for loop in loops { loop.stop() }
-                try await tasks.waitForAll()
-                return seconds
+            for loop in loops { try loop.start() }
+            let seconds = await sendTen(loops)
+            if firstBytes == nil {
+                firstBytes = Double(max(0, Measure.status("VmRSS") - before)) / Double(count)
             }
+            for loop in loops { loop.stop() }
+            for loop in loops { ok = await loop.waitUntilStopped().ending == .drained && ok }
             ok = ok && loops.allSatisfy { $0.state == 15 }
             rates.append(Double(count * 10) / seconds)
         }
+        // The same, each loop in a task awaiting `run()`: the task is most of what such a loop costs. After
+        // the runs above, so this figure may reuse pages they freed: it is a lower bound.
+        Measure.trimHeap()
+        let before = Measure.status("VmRSS")
+        let loops = makeLoops()
+        let taskBytes = try await withThrowingTaskGroup(of: Void.self) { tasks in
+            for loop in loops { tasks.addTask { try await loop.run() } }
+            for loop in loops { _ = await loop.waitUntilRunning() }
+            _ = await sendTen(loops)
+            let bytes = Double(max(0, Measure.status("VmRSS") - before)) / Double(count)
+            for loop in loops { loop.stop() }
+            try await tasks.waitForAll()
+            return bytes
+        }
+        ok = ok && loops.allSatisfy { $0.state == 15 }
         return Outcome(
             workload: "w3s",
             title: "\(count) standalone loops, each running, x 10 events",
@@ -338,8 +358,12 @@ enum Workloads {
             rawPerSecond: 0,
             runs: sizes.runs,
             ok: ok,
-            // What a loop costs before it runs (the object alone), and while it runs (with its tasks).
-            extra: [("bytes_per_loop", firstBytes ?? 0), ("bytes_per_loop_not_running", createdBytes ?? 0)],
+            // What a started loop costs while it runs, before it runs (the object alone), and in a task of
+            // its own that awaits `run()`.
+            extra: [
+                ("bytes_per_loop", firstBytes ?? 0), ("bytes_per_loop_not_running", createdBytes ?? 0),
+                ("bytes_per_loop_run_task", taskBytes),
+            ],
             rates: rates
         )
     }

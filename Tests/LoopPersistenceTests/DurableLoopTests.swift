@@ -158,10 +158,12 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
         let loop = DurableLoop(stream: "ledger", program: Ledger.program, effects: card.router, store: store)
         let running = Task { try await loop.run() }
         #expect(try await loop.sendDurably(.add(5)) == 1)
-        #expect(try await loop.sendDurably(.add(7)) == 2)
+        // The first charge's answer may be recorded before the second event or after it.
+        let second = try await loop.sendDurably(.add(7))
+        #expect(second == 2 || second == 3)
         await eventually("both charges answered") { loop.state.charged.count == 2 }
         // Each charge saw its event in the store; the answers are recorded too.
-        #expect(card.calls.withLock { $0.allSatisfy { $0.storedVersion >= ($0.amount == 5 ? 1 : 2) } })
+        #expect(card.calls.withLock { $0.allSatisfy { $0.storedVersion >= ($0.amount == 5 ? 1 : second) } })
         await eventually("the answers recorded") { loop.version == 4 }
         let stored = try await store.read("ledger", after: 0, limit: 10).map {
             try BinaryCodec<Ledger.Event>().decode($0.payload)

@@ -273,6 +273,9 @@ struct Finish<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// Requests the loop took: those still without a reply fail, the loop has stopped.
     @usableFromInline
     var requests: [any PendingRequest] = []
+    /// Tasks waiting for the loop to stop: it has.
+    @usableFromInline
+    var stopWaiters: [CheckedContinuation<Void, Never>] = []
 
     @inlinable
     init(ending: LoopReport.Ending, host: Host?) {

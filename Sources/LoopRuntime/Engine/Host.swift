@@ -1,9 +1,17 @@
-/// The task that runs a loop's (or a group of loops') asynchronous work, and the signal that ends
-/// `run()`.
+/// Where a loop's (or a group of loops') asynchronous work runs, and the signal that ends `run()`.
 ///
-/// Effect handlers run in child tasks of one task group, but effects are started by whichever thread
-/// processed the event. The host is the hand-over: threads post jobs here, and the hosting task adds them
-/// to its group. Posting never waits; the hosting task is woken at most once per batch of jobs.
+/// Effects are started by whichever thread processed their event; the host is the hand-over. A posted
+/// job goes into a queue that **runners** take from: child tasks of one task group, each taking jobs one
+/// after another until the queue is empty, then ending. A runner is asked for whenever a job is queued
+/// and no runner is on its way; a runner that takes a job and leaves others queued asks for the next. So
+/// a queued job never waits behind a job that runs (however long that one takes), yet a burst of jobs
+/// shares a few tasks instead of creating one per job: a task per effect was the ceiling of the
+/// asynchronous round trip (see Performance.md).
+///
+/// The **hosting task** owns the group and takes commands: add a runner, stop, the deadline, the end. It
+/// exists only while there is something to coordinate: it is started by the first command, and ends
+/// when no runner and no source runs and no command waits, so a loop that has nothing running costs no
+/// task. (A suspended task is about 1.7 KB; an idle standalone loop is smaller than that.)
 ///
 /// `run()` does not await the group itself: it waits for ``end()``, which comes when the group has
 /// finished after a graceful shutdown, at the end of the grace period, or at once when the task running
@@ -28,11 +36,124 @@ final class Host: Sendable {
 
     /// What the hosting task is told to do next.
     enum Command {
-        case spawn([Job])
+        case startSources(@Sendable () async -> Void)
+        case addRunners(Int)
         case stop(gracePeriod: Duration)
         case deadline
         case quiescent
         case cancelled
+    }
+
+    /// Whether a hosting task runs, and what it does.
+    private enum Phase {
+        /// No hosting task: nothing to coordinate. The next command starts one.
+        case dormant
+        /// The hosting task takes commands.
+        case coordinating
+        /// The hosting task has taken its last command (the shutdown is complete, or cut short) and only
+        /// waits for its group's tasks to finish.
+        case closing
+    }
+
+    /// Jobs in the order they were posted.
+    private struct Queue {
+        private var jobs: [Job] = []
+        private var head = 0
+
+        var isEmpty: Bool { head == jobs.count }
+
+        mutating func append(_ job: Job) { jobs.append(job) }
+
+        mutating func removeFirst() -> Job? {
+            guard head < jobs.count else { return nil }
+            let job = jobs[head]
+            head += 1
+            if head == jobs.count { removeAll() }
+            return job
+        }
+
+        /// Empties the queue; returns what was in it.
+        @discardableResult
+        mutating func removeAll() -> [Job] {
+            defer {
+                // A queue that grew in a burst does not keep its storage while idle.
+                jobs.removeAll(keepingCapacity: jobs.capacity <= 16)
+                head = 0
+            }
+            return Array(jobs[head...])
+        }
+    }
+
+    private struct Mailbox {
+        var queue = Queue()
+        /// Runners alive, including those asked for and not yet added to the group.
+        var runners = 0
+        /// Runners asked for that the hosting task has not added yet.
+        var runnersToAdd = 0
+        /// Whether a runner is on its way: asked for, and not yet at its first job.
+        var runnerComing = false
+        /// The sources, until the hosting task starts them.
+        var sourcesToStart: (@Sendable () async -> Void)?
+        /// Whether the sources' task runs.
+        var sourcesRunning = false
+        var stop: Duration?
+        var deadline = false
+        var quiescent = false
+        var cancelled = false
+        var closed = false
+        var members = 0
+        var stopRequested = false
+        var phase = Phase.dormant
+        var waiter: CheckedContinuation<Command?, Never>?
+        var timers: [Task<Void, Never>] = []
+        var ended = false
+        var endWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var nextWaiter: UInt64 = 0
+        var shutdown: Shutdown?
+
+        /// The next command. A cancellation or the deadline comes before anything else, so a stream of new
+        /// effects cannot postpone them (the jobs left are abandoned when the host closes).
+        mutating func take() -> Command? {
+            if cancelled { return .cancelled }
+            if deadline {
+                deadline = false
+                return .deadline
+            }
+            if let sources = sourcesToStart {
+                sourcesToStart = nil
+                sourcesRunning = true
+                return .startSources(sources)
+            }
+            if runnersToAdd > 0 {
+                defer { runnersToAdd = 0 }
+                return .addRunners(runnersToAdd)
+            }
+            if let gracePeriod = stop {
+                stop = nil
+                // Already quiescent: the stop needs no deadline, only its end.
+                if !quiescent { return .stop(gracePeriod: gracePeriod) }
+            }
+            if quiescent {
+                quiescent = false
+                return .quiescent
+            }
+            return nil
+        }
+
+        /// Whether nothing runs or waits: the hosting task may end.
+        var isIdle: Bool {
+            runners == 0 && !sourcesRunning && sourcesToStart == nil && !cancelled && !deadline && runnersToAdd == 0
+                && stop == nil
+                && !quiescent
+        }
+
+        /// Asks for a runner if a job waits and none is on its way.
+        mutating func callRunnerIfNeeded() {
+            guard !queue.isEmpty, !runnerComing else { return }
+            runnerComing = true
+            runners += 1
+            runnersToAdd += 1
+        }
     }
 
     /// What the hosting task does at each turn of a shutdown; each is called on the hosting task.
@@ -45,61 +166,41 @@ final class Host: Sendable {
         var cancelled: @Sendable () -> Void
     }
 
-    private struct Mailbox {
-        var jobs: [Job] = []
-        var stop: Duration?
-        var deadline = false
-        var quiescent = false
-        var cancelled = false
-        var closed = false
-        var members = 0
-        var stopRequested = false
-        var waiter: CheckedContinuation<Command, Never>?
-        var coordinating = true
-        var timers: [Task<Void, Never>] = []
-        var ended = false
-        var endWaiters: [CheckedContinuation<Void, Never>] = []
-        var sources: (@Sendable () async -> Void)?
-        var shutdown: Shutdown?
-
-        /// The next command. A cancellation or the deadline comes before jobs, so a stream of new effects
-        /// cannot postpone them (the jobs left are abandoned when the host closes).
-        mutating func take() -> Command? {
-            if cancelled { return .cancelled }
-            if deadline {
-                deadline = false
-                return .deadline
-            }
-            if !jobs.isEmpty {
-                defer { jobs = [] }
-                return .spawn(jobs)
-            }
-            if let gracePeriod = stop {
-                stop = nil
-                return .stop(gracePeriod: gracePeriod)
-            }
-            if quiescent {
-                quiescent = false
-                return .quiescent
-            }
-            return nil
-        }
+    /// What a change to the mailbox asks of the caller, once the lock is released.
+    private enum Wake {
+        case none
+        case resume(CheckedContinuation<Command?, Never>, Command?)
+        case launch
     }
 
     private let mailbox = Locked(Mailbox())
     private let clock: any Clock<Duration>
 
-    init(clock: any Clock<Duration>) {
+    /// A host whose shutdown takes the turns of `shutdown`, timed on `clock`, with `members` loops on it
+    /// from the start.
+    init(
+        clock: any Clock<Duration>,
+        shutdown: Shutdown = Shutdown(stopping: {}, deadline: {}, cancelled: {}),
+        members: Int = 0
+    ) {
         self.clock = clock
+        mailbox.withLock { mailbox in
+            mailbox.shutdown = shutdown
+            mailbox.members = members
+        }
     }
 
-    /// Runs `job` in the group as soon as the hosting task gets to it; abandons it at once if the host
-    /// has closed.
+    /// Runs `job` as soon as a runner gets to it; abandons it at once if the host has closed.
     @usableFromInline
     func spawn(_ job: Job) {
         var abandoned = false
         post { mailbox in
-            if mailbox.closed { abandoned = true } else { mailbox.jobs.append(job) }
+            if mailbox.closed {
+                abandoned = true
+            } else {
+                mailbox.queue.append(job)
+                mailbox.callRunnerIfNeeded()
+            }
         }
         if abandoned { job.abandon() }
     }
@@ -108,8 +209,7 @@ final class Host: Sendable {
     private func close() {
         let leftovers = mailbox.withLock { mailbox in
             mailbox.closed = true
-            defer { mailbox.jobs = [] }
-            return mailbox.jobs
+            return mailbox.queue.removeAll()
         }
         for job in leftovers { job.abandon() }
     }
@@ -117,26 +217,26 @@ final class Host: Sendable {
     /// Asks for a graceful stop within `gracePeriod`; the shortest asked for wins.
     @usableFromInline
     func requestStop(gracePeriod: Duration) {
-        var coordinating = true
+        var closing = false
         post { mailbox in
             mailbox.stop = mailbox.stop.map { min($0, gracePeriod) } ?? gracePeriod
             mailbox.stopRequested = true
             if mailbox.members <= 0 { mailbox.quiescent = true }
-            coordinating = mailbox.coordinating
+            if case .closing = mailbox.phase { closing = true }
         }
         // The hosting task no longer takes commands (every member stopped; it waits for a source that
         // ignores cancellation): the deadline must still come.
-        if !coordinating { startDeadline(after: gracePeriod) }
+        if closing { startDeadline(after: gracePeriod) }
     }
 
-    /// The task running `run()` was cancelled. Once the hosting task no longer coordinates (every
+    /// The task running `run()` was cancelled. Once the hosting task no longer takes commands (every
     /// member stopped, the group waiting for a source), `run()`'s wait ends at once.
     @usableFromInline
     func cancel() {
         var endNow = false
         post { mailbox in
             mailbox.cancelled = true
-            endNow = !mailbox.coordinating
+            if case .closing = mailbox.phase { endNow = true }
         }
         if endNow { end() }
     }
@@ -156,14 +256,47 @@ final class Host: Sendable {
         }
     }
 
+    /// Changes the mailbox, then hands the hosting task its next command, starting the task if none runs.
     private func post(_ change: (inout Mailbox) -> Void) {
-        let wake = mailbox.withLock { mailbox -> (CheckedContinuation<Command, Never>, Command)? in
+        let wake = mailbox.withLock { mailbox -> Wake in
             change(&mailbox)
-            guard let waiter = mailbox.waiter, let command = mailbox.take() else { return nil }
-            mailbox.waiter = nil
-            return (waiter, command)
+            return Self.wake(&mailbox)
         }
-        if let (waiter, command) = wake { waiter.resume(returning: command) }
+        perform(wake)
+    }
+
+    /// What a changed mailbox asks for. Called with the lock held.
+    private static func wake(_ mailbox: inout Mailbox) -> Wake {
+        switch mailbox.phase {
+        case .dormant:
+            guard !mailbox.isIdle else { return .none }
+            mailbox.phase = .coordinating
+            return .launch
+        case .coordinating:
+            guard let waiter = mailbox.waiter else { return .none }
+            if let command = mailbox.take() {
+                mailbox.waiter = nil
+                return .resume(waiter, command)
+            }
+            // The last runner has ended: the hosting task ends too.
+            guard mailbox.isIdle else { return .none }
+            mailbox.waiter = nil
+            mailbox.phase = .dormant
+            return .resume(waiter, nil)
+        case .closing:
+            return .none
+        }
+    }
+
+    private func perform(_ wake: Wake) {
+        switch wake {
+        case .none: break
+        case .resume(let waiter, let command): waiter.resume(returning: command)
+        case .launch:
+            // Detached: a hosting task started from an effect or a request must not pass its task-local
+            // values (such as an idempotency key) on to every effect run after it.
+            Task.detached { await self.host() }
+        }
     }
 
     /// Ends `run()`'s wait; the first call counts.
@@ -172,104 +305,149 @@ final class Host: Sendable {
             mailbox -> ([CheckedContinuation<Void, Never>], [Task<Void, Never>]) in
             guard !mailbox.ended else { return ([], []) }
             mailbox.ended = true
+            // What it references (the loops) is released once the shutdown is over.
+            mailbox.shutdown = nil
             defer {
-                mailbox.endWaiters = []
+                mailbox.endWaiters = [:]
                 mailbox.timers = []
             }
-            return (mailbox.endWaiters, mailbox.timers)
+            return (Array(mailbox.endWaiters.values), mailbox.timers)
         }
         for timer in timers { timer.cancel() }
         for waiter in waiters { waiter.resume() }
     }
 
-    /// Returns once ``end()`` has been called.
+    /// Returns once ``end()`` has been called, or when the waiting task is cancelled.
     func ended() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let done = mailbox.withLock { mailbox in
-                if !mailbox.ended { mailbox.endWaiters.append(continuation) }
-                return mailbox.ended
-            }
-            if done { continuation.resume() }
+        let id = mailbox.withLock { mailbox in
+            mailbox.nextWaiter &+= 1
+            return mailbox.nextWaiter
         }
-    }
-
-    /// Starts the hosting task: `sources` (if any) and every job posted, until shutdown is complete; then
-    /// ends `run()`'s wait (earlier at the deadline or a cancellation). The task is not awaited by
-    /// anyone: it finishes on its own once every job it runs has.
-    func launch(sources: (@Sendable () async -> Void)?, shutdown: Shutdown) {
-        // Handed over through the mailbox, not captured by the task: what they reference (the loops) is
-        // released as soon as the group is done, before `run()` returns.
-        mailbox.withLock { mailbox in
-            mailbox.sources = sources
-            mailbox.shutdown = shutdown
-        }
-        Task { await self.host() }
-    }
-
-    private func host() async {
-        await withDiscardingTaskGroup { group in
-            let (sources, shutdown) = mailbox.withLock { mailbox in
-                defer {
-                    mailbox.sources = nil
-                    mailbox.shutdown = nil
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let parked = mailbox.withLock { mailbox in
+                    guard !mailbox.ended, !Task.isCancelled else { return false }
+                    mailbox.endWaiters[id] = continuation
+                    return true
                 }
-                return (mailbox.sources, mailbox.shutdown)
+                if !parked { continuation.resume() }
             }
-            if let sources { group.addTask(operation: sources) }
-            if let shutdown { await coordinate(group: &group, shutdown: shutdown) }
+        } onCancel: {
+            mailbox.withLock { $0.endWaiters.removeValue(forKey: id) }?.resume()
         }
-        end()
     }
 
-    private func coordinate(group: inout DiscardingTaskGroup, shutdown: Shutdown) async {
-        defer {
-            // A deadline or cancellation posted after the last command was taken is not lost.
-            let pending = mailbox.withLock { mailbox in
-                mailbox.coordinating = false
-                return mailbox.deadline || mailbox.cancelled
-            }
-            if pending { end() }
+    /// Whether a hosting task runs (or is about to).
+    var hasTask: Bool {
+        mailbox.withLock { mailbox in
+            if case .dormant = mailbox.phase { false } else { true }
         }
-        while true {
-            switch await next() {
-            case .spawn(let jobs):
-                for job in jobs { group.addTask(operation: job.run) }
+    }
+
+    /// Runs `sources` until the shutdown begins; not if it has begun already.
+    func startSources(_ sources: @escaping @Sendable () async -> Void) {
+        post { mailbox in
+            guard !mailbox.stopRequested, !mailbox.closed else { return }
+            mailbox.sourcesToStart = sources
+        }
+    }
+
+    /// The hosting task: runs the sources and the runners asked for, takes commands until the shutdown is
+    /// complete or nothing is left to coordinate.
+    private func host() async {
+        let final = await withDiscardingTaskGroup { group -> Bool in
+            await coordinate(group: &group)
+        }
+        if final { end() }
+    }
+
+    /// Takes commands until the last one (`true`) or until there is nothing to coordinate (`false`).
+    private func coordinate(group: inout DiscardingTaskGroup) async -> Bool {
+        while let command = await next() {
+            switch command {
+            case .startSources(let sources):
+                group.addTask {
+                    await sources()
+                    self.post { $0.sourcesRunning = false }
+                }
+            case .addRunners(let count):
+                for _ in 0..<count { group.addTask { await self.runJobs() } }
             case .stop(let gracePeriod):
-                shutdown.stopping()
+                shutdown?.stopping()
                 startDeadline(after: gracePeriod)
             case .deadline:
-                shutdown.deadline()
-                close()
-                group.cancelAll()
+                shutdown?.deadline()
+                finish(&group)
                 end()
-                return
+                return true
             case .quiescent:
-                close()
-                group.cancelAll()
-                return
+                shutdown?.stopping()
+                finish(&group)
+                return true
             case .cancelled:
-                shutdown.cancelled()
-                close()
-                group.cancelAll()
+                shutdown?.cancelled()
+                finish(&group)
                 end()
-                return
+                return true
             }
         }
+        return false
+    }
+
+    /// The shutdown's turns, while it is not over.
+    private var shutdown: Shutdown? {
+        mailbox.withLock { $0.shutdown }
+    }
+
+    /// Closes the host after the last command: jobs not started are abandoned, running ones cancelled. A
+    /// deadline or cancellation that comes later ends `run()`'s wait at once.
+    private func finish(_ group: inout DiscardingTaskGroup) {
+        mailbox.withLock { $0.phase = .closing }
+        close()
+        group.cancelAll()
+        // A deadline or cancellation posted after the last command was taken is not lost.
+        let pending = mailbox.withLock { $0.deadline || $0.cancelled }
+        if pending { end() }
+    }
+
+    /// A runner: takes jobs one after another until the queue is empty.
+    private func runJobs() async {
+        var first = true
+        while let job = nextJob(first: first) {
+            first = false
+            await job.run()
+        }
+    }
+
+    /// The next job for a runner (`first`: its first), asking for another runner if more jobs wait; `nil`
+    /// when there is none, and the runner ends.
+    private func nextJob(first: Bool) -> Job? {
+        var job: Job?
+        post { mailbox in
+            if first { mailbox.runnerComing = false }
+            job = mailbox.closed ? nil : mailbox.queue.removeFirst()
+            if job == nil {
+                mailbox.runners -= 1
+            } else {
+                mailbox.callRunnerIfNeeded()
+            }
+        }
+        return job
     }
 
     /// Starts a grace period's timer: one for each stop asked for, so a later stop with a shorter grace
     /// period brings the deadline forward; the first to fire counts. When one fires after the hosting
-    /// task stopped coordinating (every member stopped, and the group is waiting for a source that
+    /// task stopped taking commands (every member stopped, and the group is waiting for a source that
     /// ignores cancellation), it ends `run()`'s wait itself.
     private func startDeadline(after gracePeriod: Duration) {
         let clock = self.clock
-        let timer = Task {
+        let timer = Task.detached {
             do { try await clock.sleep(for: gracePeriod) } catch { return }
-            // Decided in the same hold of the lock as the post, so the coordinator cannot stop
-            // coordinating in between and leave the deadline unheard.
+            // Decided in the same hold of the lock as the post, so the hosting task cannot stop taking
+            // commands in between and leave the deadline unheard.
             var endNow = false
             self.post { mailbox in
-                if mailbox.coordinating { mailbox.deadline = true } else { endNow = true }
+                if case .closing = mailbox.phase { endNow = true } else { mailbox.deadline = true }
             }
             if endNow { self.end() }
         }
@@ -281,11 +459,16 @@ final class Host: Sendable {
         if !keep { timer.cancel() }
     }
 
-    /// The next command, waiting for one if there is none.
-    private func next() async -> Command {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Command, Never>) in
-            let ready = mailbox.withLock { mailbox -> Command? in
+    /// The next command, waiting for one if there is none; `nil` when nothing is left to coordinate (the
+    /// hosting task then ends, and the next command starts a new one).
+    private func next() async -> Command? {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Command?, Never>) in
+            let ready = mailbox.withLock { mailbox -> Command?? in
                 if let command = mailbox.take() { return command }
+                if mailbox.isIdle {
+                    mailbox.phase = .dormant
+                    return .some(nil)
+                }
                 mailbox.waiter = continuation
                 return nil
             }

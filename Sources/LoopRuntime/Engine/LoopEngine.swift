@@ -16,11 +16,12 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         /// Created, not yet running: events from outside are queued, nothing is processed.
         case idle
         /// Running on `host`. `draining` is the baton: whoever holds it processes events, everyone else
-        /// queues them.
-        case running(Host, draining: Bool)
+        /// queues them. A started loop has no host until it needs one (its first asynchronous effect, or a
+        /// stop that must wait).
+        case running(Host?, draining: Bool)
         /// Graceful shutdown on `host`: events from outside are turned away; queued events and the
-        /// results of effects are still processed.
-        case stopping(Host, draining: Bool)
+        /// results of effects are still processed. No host only if nothing asynchronous is left.
+        case stopping(Host?, draining: Bool)
         /// Stopped, for the reason given: nothing is taken or processed again.
         case stopped(LoopReport.Ending)
     }
@@ -72,13 +73,13 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         /// Nothing: the loop has stopped.
         case none
         /// The loop was already stopping on `host`: a shorter grace period may still shorten it.
-        case alreadyStopping(Host)
+        case alreadyStopping(Host?)
         /// The loop stops on `host`: turn `senders` away, call `cancelling` (effects waiting for their
         /// delay never start), report `cancelled` (throttled effects that waited), perform `finish` if
         /// nothing was left to wait for.
         /// Graceful shutdown began on `host`: turn `senders` away; `finish` if nothing was left to do.
         case stopping(
-            Host,
+            Host?,
             senders: [TurnedAway<Event>],
             cancelling: [CancelHandle] = [],
             cancelled: [Effect] = [],
@@ -155,6 +156,9 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// Tasks waiting for the drain to end (test harnesses).
     @usableFromInline
     var idleWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Tasks waiting for the loop to stop.
+    @usableFromInline
+    var stopWaiters: [(id: UInt64, waiter: CheckedContinuation<Void, Never>)] = []
     /// Events the router made of failed or timed-out effects, not delivered yet.
     @usableFromInline
     var pendingMapped = 0
@@ -208,6 +212,40 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         if case .stopped = lifecycle { true } else { false }
     }
 
+    /// The host the loop runs on, made by `make` if it has none yet; `nil` if it does not run.
+    @inlinable
+    mutating func adoptHost(_ make: () -> Host) -> Host? {
+        switch lifecycle {
+        case .running(let host?, _), .stopping(let host?, _):
+            return host
+        case .running(nil, let draining):
+            let host = make()
+            lifecycle = .running(host, draining: draining)
+            return host
+        case .stopping(nil, let draining):
+            let host = make()
+            lifecycle = .stopping(host, draining: draining)
+            return host
+        case .idle, .stopped:
+            return nil
+        }
+    }
+
+    /// Registers a task waiting for the loop to stop; `false` if it has stopped already.
+    @inlinable
+    mutating func waitForStop(_ id: UInt64, _ waiter: CheckedContinuation<Void, Never>) -> Bool {
+        if case .stopped = lifecycle { return false }
+        stopWaiters.append((id, waiter))
+        return true
+    }
+
+    /// Removes the stop waiter `id` (its task was cancelled), for the caller to resume.
+    @inlinable
+    mutating func removeStopWaiter(_ id: UInt64) -> CheckedContinuation<Void, Never>? {
+        guard let index = stopWaiters.firstIndex(where: { $0.id == id }) else { return nil }
+        return stopWaiters.remove(at: index).waiter
+    }
+
     @inlinable
     mutating func setDraining(_ draining: Bool) {
         switch lifecycle {
@@ -222,7 +260,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// Claims the loop for running on `host`, decides the program's start-up `effects`, and hands the
     /// caller the drain baton, so no event is processed before they start.
     @inlinable
-    mutating func claim(_ host: Host, first effects: [Effect]) -> Claim {
+    mutating func claim(_ host: Host?, first effects: [Effect]) -> Claim {
         switch lifecycle {
         case .idle:
             lifecycle = .running(host, draining: true)
@@ -493,8 +531,9 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// Graceful stop. A running loop stops taking events from outside and finishes once its queued
     /// events and its effects are done. A loop that never ran stops for good: the events queued for it
     /// are dropped (counted, and reported), since nothing will ever process them.
+    /// A loop without a host that cannot finish at once gets one from `makeHost`, so its stop has a deadline.
     @inlinable
-    mutating func stop() -> Stop {
+    mutating func stop(makeHost: () -> Host? = { nil }) -> Stop {
         switch lifecycle {
         case .idle:
             return .finished(close(.neverStarted))
@@ -502,12 +541,18 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             lifecycle = .stopping(host, draining: draining)
             let senders = takeWaitingSenders()
             let (cancelling, cancelled) = effects.cancelWaiting(report: &report)
+            let finish = finishIfQuiet()
+            var stopping = host
+            if finish == nil, host == nil, let made = makeHost() {
+                stopping = made
+                lifecycle = .stopping(made, draining: draining)
+            }
             return .stopping(
-                host,
+                stopping,
                 senders: senders,
                 cancelling: cancelling,
                 cancelled: cancelled,
-                finish: finishIfQuiet()
+                finish: finish
             )
         case .stopping(let host, _):
             return .alreadyStopping(host)
@@ -557,6 +602,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         finish.senders = takeWaitingSenders()
         finish.subscribers = subscribers.end()
         finish.idleWaiters = takeIdleWaiters()
+        finish.stopWaiters = stopWaiters.map { $0.waiter }
+        stopWaiters = []
         finish.startWaiters = startWaiters.map { $0.waiter }
         startWaiters = []
         finish.requests = requests

@@ -247,16 +247,15 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     /// - Throws: ``LoopError/alreadyRunning`` or ``LoopError/alreadyStopped``: a group runs once.
     @discardableResult
     public func run() async throws -> LoopReport {
-        let host = Host(clock: context.clock)
-        let (started, waiters) = try members.withLock { try $0.start(host) }
-        host.launch(
-            sources: nil,
+        let host = Host(
+            clock: context.clock,
             shutdown: Host.Shutdown(
                 stopping: {},
                 deadline: { for loop in self.members.withLock({ $0.all }) { loop.expire(.deadlineExceeded) } },
                 cancelled: { for loop in self.members.withLock({ $0.all }) { loop.expire(.cancelled) } }
             )
         )
+        let (started, waiters) = try members.withLock { try $0.start(host) }
         for waiter in waiters { waiter.resume(returning: true) }
         for (loop, first) in started { loop.start(with: first) }
         await withTaskCancellationHandler {

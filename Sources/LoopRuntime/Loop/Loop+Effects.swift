@@ -12,7 +12,7 @@ extension Loop {
             run: { await self.perform(admitted) },
             abandon: { self.ended(admitted, .cancelled) }
         )
-        guard let host else { return job.abandon() }
+        guard let host = host ?? adoptedHost() else { return job.abandon() }
         host.spawn(job)
     }
 
@@ -34,7 +34,7 @@ extension Loop {
     /// it, if any, starts then. Not waited for by a stop: the host cancels it when it ends.
     @inlinable
     func endInterval(of key: EffectKey, after interval: Duration, on host: Host?) {
-        guard let host else { return }
+        guard let host = host ?? adoptedHost() else { return }
         let clock = context.clock
         host.spawn(
             Host.Job(

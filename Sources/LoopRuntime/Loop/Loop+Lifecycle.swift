@@ -1,6 +1,7 @@
 internal import EffectHandlers
 internal import EventSources
 internal import LoopCore
+internal import Synchronization
 
 extension Loop {
     /// Runs the loop until it stops; returns what it did.
@@ -15,23 +16,7 @@ extension Loop {
     /// - Throws: ``LoopError/alreadyRunning`` or ``LoopError/alreadyStopped``: a loop runs once.
     @discardableResult
     public func run() async throws -> LoopReport {
-        let host = Host(clock: context.clock)
-        let first = try claim(for: host)
-        let sourcesStop = OneShotSignal()
-        let sources: (@Sendable () async -> Void)? =
-            context.sources.isEmpty ? nil : { @Sendable in await self.runSources(until: sourcesStop) }
-        host.launch(
-            sources: sources,
-            shutdown: Host.Shutdown(
-                stopping: { sourcesStop.fire() },
-                deadline: { self.expire(.deadlineExceeded) },
-                cancelled: {
-                    sourcesStop.fire()
-                    self.expire(.cancelled)
-                }
-            )
-        )
-        start(with: first)
+        let host = try launch()
         await withTaskCancellationHandler {
             await host.ended()
         } onCancel: {
@@ -42,19 +27,101 @@ extension Loop {
         return report
     }
 
+    /// Starts the loop without a task of its own, and returns at once; it then runs as it would in
+    /// ``run()``, until it stops.
+    ///
+    /// For many loops, one per connection or per session, created where there is no task to give each:
+    /// a started loop holds no task while nothing runs (about 1 KB in all, where a task parked in `run()`
+    /// costs more than that on its own). Its asynchronous effects and event sources run in tasks it starts
+    /// when needed, and ends when they are done. Stop it with ``stop(gracePeriod:)``; until then it keeps
+    /// itself alive, even when nobody else holds it. ``waitUntilStopped()`` waits for its report.
+    ///
+    /// The difference from `run()`: nothing is cancelled with the caller's task (there is none), and effects
+    /// do not inherit the caller's task-local values.
+    ///
+    /// - Throws: ``LoopError/alreadyRunning`` or ``LoopError/alreadyStopped``: a loop runs once.
+    public func start() throws(LoopError) {
+        // Without sources, the host is made when something needs it (`adoptedHost()`).
+        if context.sources.isEmpty {
+            let first = try claim(for: nil)
+            start(with: first)
+        } else {
+            _ = try launch()
+        }
+    }
+
+    /// Returns the loop's report once it has stopped: at once if it has, or if it was stopped before it
+    /// ever ran. Waits for it to start first if it has not. Returns early, with the report so far, if the
+    /// waiting task is cancelled; the loop goes on.
+    public func waitUntilStopped() async -> LoopReport {
+        let id = identifiers.add(1, ordering: .relaxed).newValue
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let parked = storage.withLock { engine in
+                    !Task.isCancelled && engine.waitForStop(id, continuation)
+                }
+                if !parked { continuation.resume() }
+            }
+        } onCancel: {
+            storage.withLock { $0.removeStopWaiter(id) }?.resume()
+        }
+        return report
+    }
+
+    /// The host of a loop started without one, made now; `nil` if the loop does not run.
+    @usableFromInline
+    func adoptedHost() -> Host? {
+        storage.withLock { $0.adoptHost(makeHost) }
+    }
+
+    /// A host for this loop alone, made when it first needs one: the first asynchronous effect of a
+    /// started loop, or a stop that has to wait.
+    func makeHost() -> Host {
+        Host(
+            clock: context.clock,
+            shutdown: Host.Shutdown(
+                stopping: {},
+                deadline: { self.expire(.deadlineExceeded) },
+                cancelled: { self.expire(.cancelled) }
+            ),
+            members: 1
+        )
+    }
+
+    /// Claims the loop for a new host and starts it on that host: its start-up effects, the events sent so
+    /// far, its sources.
+    private func launch() throws(LoopError) -> Host {
+        let sourcesStop = OneShotSignal()
+        let host = Host(
+            clock: context.clock,
+            shutdown: Host.Shutdown(
+                stopping: { sourcesStop.fire() },
+                deadline: { self.expire(.deadlineExceeded) },
+                cancelled: {
+                    sourcesStop.fire()
+                    self.expire(.cancelled)
+                }
+            )
+        )
+        let first = try claim(for: host)
+        if !context.sources.isEmpty { host.startSources { await self.runSources(until: sourcesStop) } }
+        start(with: first)
+        return host
+    }
+
     /// Claims the loop for `host`; what to start with. The caller holds the drain baton.
     @inlinable
-    func claim(for host: Host) throws(LoopError) -> Dispatch<Effect, Event> {
+    func claim(for host: Host?) throws(LoopError) -> Dispatch<Effect, Event> {
         // Joined before the claim: a stop that follows the claim at once must find the host with this
         // loop as a member, or the host would close before the loop started its effects.
-        host.join()
+        host?.join()
         let claim = storage.withLock { $0.claim(host, first: firstEffects) }
         switch claim {
         case .started(let first, let waiters):
             for waiter in waiters { waiter.resume(returning: true) }
             return first
         case .refused(let error):
-            host.leave()
+            host?.leave()
             throw error
         }
     }
@@ -89,7 +156,7 @@ extension Loop {
     /// Stops intake; the host the loop runs on, if it runs. The host's own stop is the caller's.
     @discardableResult
     func beginStopping() -> Host? {
-        perform(storage.withLock { $0.stop() })
+        perform(storage.withLock { $0.stop(makeHost: makeHost) })
     }
 
     /// Carries out what the engine decided when asked to stop.

@@ -237,6 +237,13 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         storage.withLock { $0.effects.running.values.count { !$0.cancelRequested } }
     }
 
+    /// Whether the loop has a host (a loop started with ``start()`` makes one only when it first needs it),
+    /// and whether that host has a task running. For tests of what an idle loop holds.
+    package var hosting: (hasHost: Bool, hasTask: Bool) {
+        guard let host = storage.withLock({ $0.host }) else { return (false, false) }
+        return (true, host.hasTask)
+    }
+
     /// How many throttle intervals are under way. For tests, which wait for one to end.
     package var throttleIntervals: Int {
         storage.withLock { $0.effects.windows.count }
