@@ -5,11 +5,12 @@ extension Loop {
     /// For the drain baton's holder: performs `first`, then every step the engine hands out, until the
     /// drain ends.
     @inlinable
-    func drain(from first: Step<State, Event, Effect>?) {
+    func drain(from first: consuming Step<State, Event, Effect>?) {
         var send: Send<Event>?
         var step = first
         while true {
-            if let current = step {
+            // Moved out, not copied: a copy retains and releases everything the step holds.
+            if let current = step.take() {
                 if let duration = current.duration {
                     observe(
                         .eventProcessed(

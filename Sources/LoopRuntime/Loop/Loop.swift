@@ -159,8 +159,8 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     /// Performs what taking `event` requires outside the lock; the delivery to return.
     @inlinable
-    func conclude(_ reception: LoopEngine<State, Event, Effect>.Reception, _ event: Event) -> Delivery {
-        switch reception {
+    func conclude(_ reception: consuming LoopEngine<State, Event, Effect>.Reception, _ event: Event) -> Delivery {
+        switch consume reception {
         case .queued, .processed:
             return .accepted
         case .step(let step):
