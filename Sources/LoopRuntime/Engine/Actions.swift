@@ -264,7 +264,7 @@ struct Finish<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// State-stream consumers waiting for a change: their streams end.
     @usableFromInline
     var subscribers: [CheckedContinuation<State?, Never>] = []
-    /// Tasks waiting for the loop to start: it never will.
+    /// Tasks waiting for the loop to start (it never will) or to stop (it has).
     @usableFromInline
     var startWaiters: [CheckedContinuation<Bool, Never>] = []
     /// Tasks waiting for the loop to be idle: it is, for good.
@@ -273,9 +273,6 @@ struct Finish<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// Requests the loop took: those still without a reply fail, the loop has stopped.
     @usableFromInline
     var requests: [any PendingRequest] = []
-    /// Tasks waiting for the loop to stop: it has.
-    @usableFromInline
-    var stopWaiters: [CheckedContinuation<Void, Never>] = []
 
     @inlinable
     init(ending: LoopReport.Ending, host: Host?) {

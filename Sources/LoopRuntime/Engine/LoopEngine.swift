@@ -152,13 +152,10 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @usableFromInline
     var waitingSenders: [WaitingSender] = []
     @usableFromInline
-    var startWaiters: [(id: UInt64, waiter: CheckedContinuation<Bool, Never>)] = []
+    var startWaiters: [(id: UInt64, waiter: CheckedContinuation<Bool, Never>, untilStop: Bool)] = []
     /// Tasks waiting for the drain to end (test harnesses).
     @usableFromInline
     var idleWaiters: [CheckedContinuation<Void, Never>] = []
-    /// Tasks waiting for the loop to stop.
-    @usableFromInline
-    var stopWaiters: [(id: UInt64, waiter: CheckedContinuation<Void, Never>)] = []
     /// Events the router made of failed or timed-out effects, not delivered yet.
     @usableFromInline
     var pendingMapped = 0
@@ -231,19 +228,19 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         }
     }
 
-    /// Registers a task waiting for the loop to stop; `false` if it has stopped already.
+    /// Registers a task waiting for the loop to stop; `false` if it has stopped already. Kept with the
+    /// start waiters (`untilStop`): a list fewer keeps every loop 16 bytes smaller.
     @inlinable
-    mutating func waitForStop(_ id: UInt64, _ waiter: CheckedContinuation<Void, Never>) -> Bool {
+    mutating func waitForStop(_ id: UInt64, _ waiter: CheckedContinuation<Bool, Never>) -> Bool {
         if case .stopped = lifecycle { return false }
-        stopWaiters.append((id, waiter))
+        startWaiters.append((id, waiter, true))
         return true
     }
 
     /// Removes the stop waiter `id` (its task was cancelled), for the caller to resume.
     @inlinable
-    mutating func removeStopWaiter(_ id: UInt64) -> CheckedContinuation<Void, Never>? {
-        guard let index = stopWaiters.firstIndex(where: { $0.id == id }) else { return nil }
-        return stopWaiters.remove(at: index).waiter
+    mutating func removeStopWaiter(_ id: UInt64) -> CheckedContinuation<Bool, Never>? {
+        removeStartWaiter(id)
     }
 
     @inlinable
@@ -264,8 +261,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         switch lifecycle {
         case .idle:
             lifecycle = .running(host, draining: true)
-            let waiters = startWaiters.map { $0.waiter }
-            startWaiters = []
+            let waiters = startWaiters.filter { !$0.untilStop }.map { $0.waiter }
+            startWaiters.removeAll { !$0.untilStop }
             return .started(decide(effects), startWaiters: waiters)
         case .running, .stopping:
             return .refused(.alreadyRunning)
@@ -280,7 +277,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     mutating func waitForStart(_ id: UInt64, _ waiter: CheckedContinuation<Bool, Never>) -> Bool? {
         switch lifecycle {
         case .idle:
-            startWaiters.append((id, waiter))
+            startWaiters.append((id, waiter, false))
             return nil
         case .running, .stopping: return true
         case .stopped(let ending): return ending != .neverStarted
@@ -602,8 +599,6 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         finish.senders = takeWaitingSenders()
         finish.subscribers = subscribers.end()
         finish.idleWaiters = takeIdleWaiters()
-        finish.stopWaiters = stopWaiters.map { $0.waiter }
-        stopWaiters = []
         finish.startWaiters = startWaiters.map { $0.waiter }
         startWaiters = []
         finish.requests = requests

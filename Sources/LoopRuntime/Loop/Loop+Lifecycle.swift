@@ -56,14 +56,14 @@ extension Loop {
     public func waitUntilStopped() async -> LoopReport {
         let id = identifiers.add(1, ordering: .relaxed).newValue
         await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            _ = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let parked = storage.withLock { engine in
                     !Task.isCancelled && engine.waitForStop(id, continuation)
                 }
-                if !parked { continuation.resume() }
+                if !parked { continuation.resume(returning: false) }
             }
         } onCancel: {
-            storage.withLock { $0.removeStopWaiter(id) }?.resume()
+            storage.withLock { $0.removeStopWaiter(id) }?.resume(returning: false)
         }
         return report
     }

@@ -170,7 +170,6 @@ extension Loop {
         }
         for waiter in finish.startWaiters { waiter.resume(returning: false) }
         for waiter in finish.idleWaiters { waiter.resume() }
-        for waiter in finish.stopWaiters { waiter.resume() }
         for handle in finish.cancelling { handle.cancel() }
         for event in finish.dropped { observe(.eventDropped(event)) }
         for effect in finish.cancelled { observe(.effectCancelled(effect)) }
