@@ -77,11 +77,18 @@ package final class LockedBuffer<Value>: ManagedBuffer<Value, UInt64> {
     static func initializeMutex(at words: UnsafeMutablePointer<UInt64>) {
         let mutex = UnsafeMutableRawPointer(words).bindMemory(to: pthread_mutex_t.self, capacity: 1)
         mutex.initialize(to: pthread_mutex_t())
+        #if canImport(Glibc)
+        // Adaptive: a contended lock spins briefly before the thread sleeps in the kernel. The lock is
+        // held for a few hundred nanoseconds at most, so a waiter usually gets it while spinning; sleeping
+        // at once made futex waits and wake-ups most of the asynchronous round trip (Performance.md).
         var attributes = pthread_mutexattr_t()
         _ = pthread_mutexattr_init(&attributes)
         _ = pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
         _ = pthread_mutex_init(mutex, &attributes)
         _ = pthread_mutexattr_destroy(&attributes)
+        #else
+        _ = pthread_mutex_init(mutex, nil)
+        #endif
     }
 
     @usableFromInline

@@ -36,18 +36,19 @@ import Testing
         #expect(recorder.entries.last == .stopped)
     }
 
-    @Test func aHostWhoseTaskEndedStartsANewOneForTheNextEffect() async throws {
+    @Test func aStartedLoopsHostStartsATaskForEachBusySpellAndEndsItAfter() async throws {
         let (recorder, gates) = (Recorded(), Gates())
         let loop = Jobs.loop(gates: gates, recorder: recorder)
-        let report = try await running(loop) {
-            for round in 0..<3 {
-                loop.send(.run([.job("j\(round)", .concurrent())]))
-                await waitUntil { gates.arrivals("j\(round)") == 1 }
-                #expect(loop.hosting == (true, true))
-                gates.open("j\(round)")
-                await waitUntil { loop.hosting == (true, false) }
-            }
+        try loop.start()
+        for round in 0..<3 {
+            loop.send(.run([.job("j\(round)", .concurrent())]))
+            await waitUntil { gates.arrivals("j\(round)") == 1 }
+            #expect(loop.hosting == (true, true))
+            gates.open("j\(round)")
+            await waitUntil { loop.hosting == (true, false) }
         }
+        loop.stop()
+        let report = await loop.waitUntilStopped()
         #expect(report.effectsCompleted == 3)
         #expect(loop.state.log == ["finished j0", "finished j1", "finished j2"])
     }
@@ -118,9 +119,9 @@ import Testing
         let loop = Jobs.loop(recorder: Recorded(), clock: ManualClock())
         try loop.start()
         loop.send(.note("one"))
+        #expect(loop.hosting == (false, false))
         loop.stop(gracePeriod: .seconds(3_600))
         #expect(!loop.isRunning)
-        #expect(loop.hosting == (false, false))
         let report = await loop.waitUntilStopped()
         #expect(report.ending == .drained)
         #expect(report.eventsProcessed == 1)
@@ -145,9 +146,11 @@ import Testing
         let loop = Jobs.loop(recorder: Recorded())
         try loop.start()
         let waiter = Task { await loop.waitUntilStopped() }
+        await waitUntil { loop.lifecycleWaiters == 1 }
         waiter.cancel()
         let report = await waiter.value
         #expect(report.ending == nil)
+        #expect(loop.lifecycleWaiters == 0)
         #expect(loop.isRunning)
         #expect(loop.send(.note("still running")) == .accepted)
         loop.stop()
@@ -158,7 +161,10 @@ import Testing
         let (recorder, gates) = (Recorded(), Gates())
         let loop = Jobs.loop(gates: gates, recorder: recorder)
         let waiters = (0..<5).map { _ in Task { await loop.waitUntilStopped() } }
+        // Parked before the start, which releases the tasks waiting for the start and keeps these.
+        await waitUntil { loop.lifecycleWaiters == 5 }
         try loop.start()
+        #expect(loop.lifecycleWaiters == 5)
         loop.send(.run([.job("slow", .concurrent())]))
         await waitUntil { gates.arrivals("slow") == 1 }
         loop.stop()
@@ -180,5 +186,128 @@ import Testing
         loop.stop()
         #expect(await loop.waitUntilStopped().ending == .drained)
         continuation.finish()
+    }
+
+    @Test func aStoppedStartedLoopIsReleased() async throws {
+        weak var released: Loop<Jobs.State, Jobs.Event, Jobs.Effect>?
+        let gates = Gates()
+        do {
+            let loop = Jobs.loop(gates: gates, recorder: Recorded(), clock: ManualClock())
+            released = loop
+            try loop.start()
+            loop.send(.run([.job("a", .concurrent())]))
+            await waitUntil { gates.arrivals("a") == 1 }
+            loop.stop(gracePeriod: .seconds(60))
+            gates.open("a")
+            #expect(await loop.waitUntilStopped().ending == .drained)
+        }
+        // Its host's task, its deadline timer and its effect's runner let go of it as they end.
+        await waitUntil { released == nil }
+    }
+
+    @Test func runStopsAtItsDeadlineWhenASourceIgnoresTheStopOfAQuietLoop() async throws {
+        let clock = ManualClock()
+        let source = Stubborn()
+        let loop = Loop(
+            program: Jobs.program,
+            effects: Jobs.router(gates: Gates()),
+            sources: [source],
+            clock: clock
+        )
+        let run = Task { try await loop.run() }
+        await waitUntil { source.isRunning }
+        loop.stop(gracePeriod: .seconds(5))
+        await clock.sleepers(atLeast: 1)
+        clock.advance(by: .seconds(5))
+        let report = try await run.value
+        #expect(report.ending == .drained)
+        source.release()
+    }
+
+    @Test func effectsOfRunInheritItsTaskLocalValuesAndThoseOfAStartedLoopDoNot() async throws {
+        let seen = Locked<[String?]>([])
+        let router = EffectRouter<Jobs.Effect, Jobs.Event>()
+            .route(
+                { if case .job(let name, _) = $0 { name } else { nil } },
+                to: ClosureEffectHandler { name, send in
+                    seen.withLock { $0.append(Caller.name) }
+                    send(.finished(name))
+                }
+            )
+        let ran = Loop(program: Jobs.program, effects: router)
+        try await Caller.$name.withValue("service") {
+            let report = try await running(ran) {
+                ran.send(.run([.job("a", .concurrent())]))
+                await waitUntil { ran.state.log == ["finished a"] }
+            }
+            #expect(report.effectsCompleted == 1)
+        }
+        let started = Loop(program: Jobs.program, effects: router)
+        try Caller.$name.withValue("caller") {
+            try started.start()
+            started.send(.run([.job("b", .concurrent())]))
+        }
+        await waitUntil { started.state.log == ["finished b"] }
+        started.stop()
+        #expect(seen.withLock { $0 } == ["service", nil])
+    }
+
+    @Test func whenRunReturnsAfterItsTaskIsCancelledItsEffectsHaveBeenCancelled() async throws {
+        let (cancelled, gates) = (Locked(false), Gates())
+        let router = EffectRouter<Jobs.Effect, Jobs.Event>()
+            .route(
+                { if case .job(let name, _) = $0 { name } else { nil } },
+                to: ClosureEffectHandler { name, _ in
+                    // Recorded as the cancellation comes, not when the handler gets to run again.
+                    try await withTaskCancellationHandler {
+                        try await gates.pass(name)
+                    } onCancel: {
+                        cancelled.withLock { $0 = true }
+                    }
+                }
+            )
+        let loop = Loop(program: Jobs.program, effects: router)
+        let run = Task { try await loop.run() }
+        await waitUntil { loop.isRunning }
+        loop.send(.run([.job("forever", .concurrent())]))
+        await waitUntil { gates.arrivals("forever") == 1 }
+        run.cancel()
+        let report = try await run.value
+        #expect(report.ending == .cancelled)
+        #expect(cancelled.withLock { $0 })
+    }
+}
+
+/// A task-local value, to see which task an effect runs in.
+enum Caller {
+    @TaskLocal static var name: String?
+}
+
+/// A source that ignores cancellation: it runs until released.
+final class Stubborn: EventSource, Sendable {
+    private let state = Locked<(running: Bool, waiter: CheckedContinuation<Void, Never>?, released: Bool)>(
+        (false, nil, false)
+    )
+
+    var isRunning: Bool { state.withLock { $0.running } }
+
+    func run(send: Send<Jobs.Event>) async throws {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let released = state.withLock { state in
+                state.running = true
+                if !state.released { state.waiter = continuation }
+                return state.released
+            }
+            if released { continuation.resume() }
+        }
+    }
+
+    func release() {
+        let waiter = state.withLock { state in
+            state.released = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
     }
 }

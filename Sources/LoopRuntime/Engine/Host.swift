@@ -2,16 +2,19 @@
 ///
 /// Effects are started by whichever thread processed their event; the host is the hand-over. A posted
 /// job goes into a queue that **runners** take from: child tasks of one task group, each taking jobs one
-/// after another until the queue is empty, then ending. A runner is asked for whenever a job is queued
-/// and no runner is on its way; a runner that takes a job and leaves others queued asks for the next. So
-/// a queued job never waits behind a job that runs (however long that one takes), yet a burst of jobs
-/// shares a few tasks instead of creating one per job: a task per effect was the ceiling of the
-/// asynchronous round trip (see Performance.md).
+/// after another until the queue is empty, then ending. While jobs wait, at least one runner is on its
+/// way, and as many as are already at work (up to one per waiting job): a runner that takes a job and
+/// leaves others queued asks for more. So a queued job never waits behind a job that runs (however long
+/// that one takes), a backlog doubles its runners at each turn, yet a burst of quick jobs shares a few
+/// tasks instead of creating one per job: a task per effect was the ceiling of the asynchronous round
+/// trip (see Performance.md).
 ///
-/// The **hosting task** owns the group and takes commands: add a runner, stop, the deadline, the end. It
-/// exists only while there is something to coordinate: it is started by the first command, and ends
-/// when no runner and no source runs and no command waits, so a loop that has nothing running costs no
-/// task. (A suspended task is about 1.7 KB; an idle standalone loop is smaller than that.)
+/// The **hosting task** owns the group and takes commands: add runners, stop, the deadline, the end. The
+/// host of `run()` starts it from `run()`'s task (so effects inherit its task-local values and priority)
+/// and keeps it to the end. Any other host (a loop started with `start()`) starts it, detached, with the
+/// first command, and it ends when no runner and no source runs and no command waits: a started loop
+/// with nothing running costs no task. (A suspended task is about 1.7 KB; an idle started loop is
+/// smaller than that.)
 ///
 /// `run()` does not await the group itself: it waits for ``end()``, which comes when the group has
 /// finished after a graceful shutdown, at the end of the grace period, or at once when the task running
@@ -55,20 +58,29 @@ final class Host: Sendable {
         case closing
     }
 
-    /// Jobs in the order they were posted.
+    /// Jobs in the order they were posted. A job handed out leaves its slot at once, so what it holds
+    /// (its loop, its effect) is not kept until the queue next empties.
     private struct Queue {
-        private var jobs: [Job] = []
+        private var jobs: [Job?] = []
         private var head = 0
 
         var isEmpty: Bool { head == jobs.count }
+
+        var count: Int { jobs.count - head }
 
         mutating func append(_ job: Job) { jobs.append(job) }
 
         mutating func removeFirst() -> Job? {
             guard head < jobs.count else { return nil }
-            let job = jobs[head]
+            let job = jobs[head].take()
             head += 1
-            if head == jobs.count { removeAll() }
+            if head == jobs.count {
+                removeAll()
+            } else if head >= 1_024 && head * 2 >= jobs.count {
+                // Under a backlog that never empties, the slots handed out do not accumulate.
+                jobs.removeFirst(head)
+                head = 0
+            }
             return job
         }
 
@@ -80,7 +92,7 @@ final class Host: Sendable {
                 jobs.removeAll(keepingCapacity: jobs.capacity <= 16)
                 head = 0
             }
-            return Array(jobs[head...])
+            return jobs[head...].compactMap { $0 }
         }
     }
 
@@ -90,8 +102,11 @@ final class Host: Sendable {
         var runners = 0
         /// Runners asked for that the hosting task has not added yet.
         var runnersToAdd = 0
-        /// Whether a runner is on its way: asked for, and not yet at its first job.
-        var runnerComing = false
+        /// Runners on their way: asked for, and not yet at their first job.
+        var runnersComing = 0
+        /// Whether the hosting task stays until the end instead of ending when nothing runs: the host of
+        /// `run()`, whose task the effects' runners inherit task-local values and priority from.
+        var keepsTask = false
         /// The sources, until the hosting task starts them.
         var sourcesToStart: (@Sendable () async -> Void)?
         /// Whether the sources' task runs.
@@ -107,8 +122,7 @@ final class Host: Sendable {
         var waiter: CheckedContinuation<Command?, Never>?
         var timers: [Task<Void, Never>] = []
         var ended = false
-        var endWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
-        var nextWaiter: UInt64 = 0
+        var endWaiters: [CheckedContinuation<Void, Never>] = []
         var shutdown: Shutdown?
 
         /// The next command. A cancellation or the deadline comes before anything else, so a stream of new
@@ -128,10 +142,11 @@ final class Host: Sendable {
                 defer { runnersToAdd = 0 }
                 return .addRunners(runnersToAdd)
             }
+            // Before quiescence, even when both are there: a source that ignores cancellation can still
+            // hold the group after the last member left, and only the deadline ends `run()`'s wait then.
             if let gracePeriod = stop {
                 stop = nil
-                // Already quiescent: the stop needs no deadline, only its end.
-                if !quiescent { return .stop(gracePeriod: gracePeriod) }
+                return .stop(gracePeriod: gracePeriod)
             }
             if quiescent {
                 quiescent = false
@@ -140,19 +155,25 @@ final class Host: Sendable {
             return nil
         }
 
-        /// Whether nothing runs or waits: the hosting task may end.
+        /// Whether nothing runs or waits: the hosting task may end (unless it stays until the end).
         var isIdle: Bool {
-            runners == 0 && !sourcesRunning && sourcesToStart == nil && !cancelled && !deadline && runnersToAdd == 0
+            !keepsTask && runners == 0 && !sourcesRunning && sourcesToStart == nil && !cancelled && !deadline
+                && runnersToAdd == 0
                 && stop == nil
                 && !quiescent
         }
 
-        /// Asks for a runner if a job waits and none is on its way.
-        mutating func callRunnerIfNeeded() {
-            guard !queue.isEmpty, !runnerComing else { return }
-            runnerComing = true
-            runners += 1
-            runnersToAdd += 1
+        /// Asks for runners while jobs wait: at least one on its way, and as many as are already at work
+        /// (up to one per waiting job), so a backlog of long effects doubles its runners at each turn
+        /// instead of adding them one by one.
+        mutating func callRunnersIfNeeded() {
+            let working = runners - runnersComing
+            let wanted = min(queue.count, max(1, working))
+            guard wanted > runnersComing else { return }
+            let more = wanted - runnersComing
+            runnersComing += more
+            runners += more
+            runnersToAdd += more
         }
     }
 
@@ -199,7 +220,7 @@ final class Host: Sendable {
                 abandoned = true
             } else {
                 mailbox.queue.append(job)
-                mailbox.callRunnerIfNeeded()
+                mailbox.callRunnersIfNeeded()
             }
         }
         if abandoned { job.abandon() }
@@ -294,7 +315,8 @@ final class Host: Sendable {
         case .resume(let waiter, let command): waiter.resume(returning: command)
         case .launch:
             // Detached: a hosting task started from an effect or a request must not pass its task-local
-            // values (such as an idempotency key) on to every effect run after it.
+            // values (such as an idempotency key) on to every effect run after it. (The host of `run()`
+            // starts its task from `run()` instead, and keeps it.)
             Task.detached { await self.host() }
         }
     }
@@ -308,32 +330,24 @@ final class Host: Sendable {
             // What it references (the loops) is released once the shutdown is over.
             mailbox.shutdown = nil
             defer {
-                mailbox.endWaiters = [:]
+                mailbox.endWaiters = []
                 mailbox.timers = []
             }
-            return (Array(mailbox.endWaiters.values), mailbox.timers)
+            return (mailbox.endWaiters, mailbox.timers)
         }
         for timer in timers { timer.cancel() }
         for waiter in waiters { waiter.resume() }
     }
 
-    /// Returns once ``end()`` has been called, or when the waiting task is cancelled.
+    /// Returns once ``end()`` has been called. Not cancellable: `run()` cancels through ``cancel()``, and
+    /// returns only once that has been carried out (members stopped, effects cancelled).
     func ended() async {
-        let id = mailbox.withLock { mailbox in
-            mailbox.nextWaiter &+= 1
-            return mailbox.nextWaiter
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let parked = mailbox.withLock { mailbox in
-                    guard !mailbox.ended, !Task.isCancelled else { return false }
-                    mailbox.endWaiters[id] = continuation
-                    return true
-                }
-                if !parked { continuation.resume() }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ended = mailbox.withLock { mailbox in
+                if !mailbox.ended { mailbox.endWaiters.append(continuation) }
+                return mailbox.ended
             }
-        } onCancel: {
-            mailbox.withLock { $0.endWaiters.removeValue(forKey: id) }?.resume()
+            if ended { continuation.resume() }
         }
     }
 
@@ -342,6 +356,18 @@ final class Host: Sendable {
         mailbox.withLock { mailbox in
             if case .dormant = mailbox.phase { false } else { true }
         }
+    }
+
+    /// Starts the hosting task now, from the caller's task, and keeps it until the end: for `run()`, so
+    /// effects run in tasks that inherit its task-local values and priority, as child tasks would.
+    func launchKeepingTask() {
+        let launch = mailbox.withLock { mailbox -> Bool in
+            mailbox.keepsTask = true
+            guard case .dormant = mailbox.phase else { return false }
+            mailbox.phase = .coordinating
+            return true
+        }
+        if launch { Task { await self.host() } }
     }
 
     /// Runs `sources` until the shutdown begins; not if it has begun already.
@@ -424,12 +450,12 @@ final class Host: Sendable {
     private func nextJob(first: Bool) -> Job? {
         var job: Job?
         post { mailbox in
-            if first { mailbox.runnerComing = false }
+            if first { mailbox.runnersComing -= 1 }
             job = mailbox.closed ? nil : mailbox.queue.removeFirst()
             if job == nil {
                 mailbox.runners -= 1
             } else {
-                mailbox.callRunnerIfNeeded()
+                mailbox.callRunnersIfNeeded()
             }
         }
         return job

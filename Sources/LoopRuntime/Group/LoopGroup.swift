@@ -256,6 +256,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
             )
         )
         let (started, waiters) = try members.withLock { try $0.start(host) }
+        host.launchKeepingTask()
         for waiter in waiters { waiter.resume(returning: true) }
         for (loop, first) in started { loop.start(with: first) }
         await withTaskCancellationHandler {

@@ -16,7 +16,7 @@ extension Loop {
     /// - Throws: ``LoopError/alreadyRunning`` or ``LoopError/alreadyStopped``: a loop runs once.
     @discardableResult
     public func run() async throws -> LoopReport {
-        let host = try launch()
+        let host = try launch(keepingTask: true)
         await withTaskCancellationHandler {
             await host.ended()
         } onCancel: {
@@ -46,7 +46,7 @@ extension Loop {
             let first = try claim(for: nil)
             start(with: first)
         } else {
-            _ = try launch()
+            _ = try launch(keepingTask: false)
         }
     }
 
@@ -89,8 +89,9 @@ extension Loop {
     }
 
     /// Claims the loop for a new host and starts it on that host: its start-up effects, the events sent so
-    /// far, its sources.
-    private func launch() throws(LoopError) -> Host {
+    /// far, its sources. `keepingTask`: the host starts its task now, from the caller's task, and keeps it
+    /// until the end (for `run()`).
+    private func launch(keepingTask: Bool) throws(LoopError) -> Host {
         let sourcesStop = OneShotSignal()
         let host = Host(
             clock: context.clock,
@@ -104,6 +105,9 @@ extension Loop {
             )
         )
         let first = try claim(for: host)
+        // After the claim (a loop that is already running must not get a second task), before the first
+        // effects (which would otherwise start a detached one).
+        if keepingTask { host.launchKeepingTask() }
         if !context.sources.isEmpty { host.startSources { await self.runSources(until: sourcesStop) } }
         start(with: first)
         return host

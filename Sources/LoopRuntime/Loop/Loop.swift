@@ -244,6 +244,11 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         return (true, host.hasTask)
     }
 
+    /// How many tasks wait for the loop to start or to stop. For tests, which wait for them to park.
+    package var lifecycleWaiters: Int {
+        storage.withLock { $0.startWaiters.count }
+    }
+
     /// How many throttle intervals are under way. For tests, which wait for one to end.
     package var throttleIntervals: Int {
         storage.withLock { $0.effects.windows.count }
