@@ -27,7 +27,8 @@ internal import Synchronization
 ///   scheduled by each effect's ``/EffectHandlers/EffectLifecycle``.
 /// - **Lifecycle.** ``run()`` runs the loop once. ``stop(gracePeriod:)`` shuts it down gracefully;
 ///   cancelling the task running ``run()`` stops it at once. Either way `run()` returns by the deadline,
-///   even if a handler ignores cancellation (that effect is reported abandoned).
+///   even if a handler ignores cancellation (that effect is reported abandoned). ``start()`` runs it
+///   without a task of its own, for loops that are many; ``waitUntilStopped()`` returns its report.
 public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
     @usableFromInline
     let storage: Locked<LoopEngine<State, Event, Effect>>
