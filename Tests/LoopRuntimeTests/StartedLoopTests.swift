@@ -205,6 +205,18 @@ import Testing
         await waitUntil { released == nil }
     }
 
+    @Test func aStartedLoopThatNeverHadAsynchronousWorkIsFreedWhenDropped() throws {
+        weak var released: Loop<Jobs.State, Jobs.Event, Jobs.Effect>?
+        do {
+            let loop = Jobs.loop(recorder: Recorded())
+            released = loop
+            try loop.start()
+            loop.send(.run([.echo("inline")]))
+            #expect(loop.state.log == ["inline"])
+        }
+        #expect(released == nil)
+    }
+
     @Test func runStopsAtItsDeadlineWhenASourceIgnoresTheStopOfAQuietLoop() async throws {
         let clock = ManualClock()
         let source = Stubborn()

@@ -31,10 +31,12 @@ extension Loop {
     /// ``run()``, until it stops.
     ///
     /// For many loops, one per connection or per session, created where there is no task to give each:
-    /// a started loop holds no task while nothing runs (about 1 KB in all, where a task parked in `run()`
-    /// costs more than that on its own). Its asynchronous effects and event sources run in tasks it starts
-    /// when needed, and ends when they are done. Stop it with ``stop(gracePeriod:)``; until then it keeps
-    /// itself alive, even when nobody else holds it. ``waitUntilStopped()`` waits for its report.
+    /// a started loop holds no task while nothing runs (about 1 KB plus its state, where a task parked in
+    /// `run()` costs more than that on its own). Its asynchronous effects and event sources run in tasks
+    /// it starts when needed, and ends when they are done. Stop it with ``stop(gracePeriod:)``: once it
+    /// has started an asynchronous effect or has sources, it keeps itself alive until then, even when
+    /// nobody else holds it (one that never had either is freed when dropped, without a report).
+    /// ``waitUntilStopped()`` waits for its report.
     ///
     /// The difference from `run()`: nothing is cancelled with the caller's task (there is none), and effects
     /// do not inherit the caller's task-local values.
