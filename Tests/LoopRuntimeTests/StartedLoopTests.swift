@@ -233,6 +233,8 @@ import Testing
         clock.advance(by: .seconds(5))
         let report = try await run.value
         #expect(report.ending == .drained)
+        // The stop did cancel the source; the source ignored it, and only the deadline ended run().
+        #expect(source.wasCancelled)
         source.release()
     }
 
@@ -301,16 +303,24 @@ final class Stubborn: EventSource, Sendable {
         (false, nil, false)
     )
 
+    private let cancelled = Locked(false)
+
     var isRunning: Bool { state.withLock { $0.running } }
 
+    var wasCancelled: Bool { cancelled.withLock { $0 } }
+
     func run(send: Send<Jobs.Event>) async throws {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let released = state.withLock { state in
-                state.running = true
-                if !state.released { state.waiter = continuation }
-                return state.released
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let released = state.withLock { state in
+                    state.running = true
+                    if !state.released { state.waiter = continuation }
+                    return state.released
+                }
+                if released { continuation.resume() }
             }
-            if released { continuation.resume() }
+        } onCancel: {
+            cancelled.withLock { $0 = true }
         }
     }
 

@@ -27,7 +27,8 @@ extension Loop {
         return report
     }
 
-    /// Starts the loop without a task of its own, and returns at once; it then runs as it would in
+    /// Starts the loop without a task of its own: starts the program's start-up effects and processes the
+    /// events queued so far on the calling thread, then returns; the loop then runs as it would in
     /// ``run()``, until it stops.
     ///
     /// For many loops, one per connection or per session, created where there is no task to give each:
@@ -38,10 +39,12 @@ extension Loop {
     /// nobody else holds it (one that never had either is freed when dropped, without a report).
     /// ``waitUntilStopped()`` waits for its report.
     ///
-    /// The difference from `run()`: nothing is cancelled with the caller's task (there is none), and effects
-    /// do not inherit the caller's task-local values.
+    /// The difference from `run()`: nothing is cancelled with the caller's task (there is none), and
+    /// asynchronous effects do not inherit the caller's task-local values or priority.
     ///
-    /// - Throws: ``LoopError/alreadyRunning`` or ``LoopError/alreadyStopped``: a loop runs once.
+    /// - Throws: ``LoopError/alreadyRunning`` if it runs (started, or in `run()`);
+    ///   ``LoopError/alreadyStopped`` if it ran, or was stopped before it started (its queued events were
+    ///   then dropped: ``LoopReport/Ending/neverStarted``).
     public func start() throws(LoopError) {
         // Without sources, the host is made when something needs it (`adoptedHost()`).
         if context.sources.isEmpty {
@@ -53,8 +56,9 @@ extension Loop {
     }
 
     /// Returns the loop's report once it has stopped: at once if it has, or if it was stopped before it
-    /// ever ran. Waits for it to start first if it has not. Returns early, with the report so far, if the
-    /// waiting task is cancelled; the loop goes on.
+    /// ever ran. A loop not yet started is waited for until it has been started and stopped (or stopped
+    /// without starting). Returns early, with the report so far (its `ending` is `nil`), if the waiting
+    /// task is cancelled; the loop goes on. The waiting task holds the loop until then.
     public func waitUntilStopped() async -> LoopReport {
         let id = identifiers.add(1, ordering: .relaxed).newValue
         await withTaskCancellationHandler {
@@ -149,11 +153,11 @@ extension Loop {
     /// At once, the loop stops taking events from outside (``/LoopCore/Rejection/stopping``) and its
     /// event sources are cancelled. It goes on processing the events already queued and those its
     /// effects send, and lets effects in flight finish, until `gracePeriod` (on the loop's clock) is
-    /// over; then it drops what is still queued, cancels the effects still running, and `run()` returns
-    /// its report without waiting for them (they are reported abandoned). Calling it again while the
+    /// over; then it drops what is still queued, cancels the effects still running, and `run()` (or
+    /// ``waitUntilStopped()``) returns its report without waiting for them (they are reported abandoned). Calling it again while the
     /// loop stops can only bring the deadline forward: `stop(gracePeriod: .zero)` stops at once.
     ///
-    /// Called before `run()`, it stops the loop for good: the loop never runs, and the events sent to it
+    /// Called before `run()` or ``start()``, it stops the loop for good: the loop never runs, and the events sent to it
     /// are dropped and counted (``LoopReport/Ending/neverStarted``).
     public func stop(gracePeriod: Duration = .seconds(30)) {
         beginStopping()?.requestStop(gracePeriod: gracePeriod)
