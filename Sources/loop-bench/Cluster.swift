@@ -13,28 +13,6 @@ import Glibc
 // The cluster's processes, for w11 and for the end-to-end test: `loop-bench cluster-node` runs one node
 // of counters; `loop-bench cluster-send` is a producer.
 
-/// The entities of the cluster runs: each adds up what it is sent.
-enum ClusterTally {
-    enum Event: Codable, Sendable, Equatable {
-        case add(Int)
-    }
-
-    static let program = DurableProgram<Int, Event, Never>(
-        initial: 0,
-        update: Update { total, event in
-            switch event {
-            case .add(let amount): total += amount
-            }
-            return []
-        }
-    )
-
-    /// Event `index` of producer `producer`: its entity and its amount, the same in every process.
-    static func event(_ index: Int, producer: Int, entities: Int) -> (entity: Int, amount: Int) {
-        ((index &* 7_919 &+ producer &* 104_729) % entities, index % 10 + 1)
-    }
-}
-
 /// The value after `--name` in `words`.
 func option(_ name: String, in words: [String]) -> String? {
     words.firstIndex(of: name).flatMap { words.indices.contains($0 + 1) ? words[$0 + 1] : nil }

@@ -1,3 +1,5 @@
+import LoopTesting
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -37,17 +39,8 @@ enum Measure {
 
     /// A field of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`), or 0 when unreadable.
     static func status(_ field: String) -> Int {
-        let descriptor = open("/proc/self/status", O_RDONLY)
-        guard descriptor >= 0 else { return 0 }
-        defer { close(descriptor) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4_096)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-            if count <= 0 { break }
-            bytes += buffer.prefix(count)
-        }
-        for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") where line.hasPrefix(field + ":") {
+        guard let status = FileContents.text(at: "/proc/self/status") else { return 0 }
+        for line in status.split(separator: "\n") where line.hasPrefix(field + ":") {
             let digits = line.dropFirst(field.count + 1).filter(\.isNumber)
             return (Int(String(digits)) ?? 0) * 1_024
         }

@@ -66,17 +66,7 @@ final class Child: @unchecked Sendable {
     /// What it printed. Read with `read(2)`: Foundation's `String(contentsOfFile:)` leaks a buffer for
     /// an empty file under LeakSanitizer.
     var output: String {
-        let descriptor = open(log, O_RDONLY)
-        guard descriptor >= 0 else { return "" }
-        defer { close(descriptor) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4_096)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-            if count <= 0 { break }
-            bytes += buffer.prefix(count)
-        }
-        return String(decoding: bytes, as: UTF8.self)
+        FileContents.text(at: log) ?? ""
     }
 
     deinit {
@@ -176,9 +166,7 @@ struct ClusterEndToEndTests {
         var expected = [Int](repeating: 0, count: Self.entities)
         for producer in 0..<2 {
             for index in 0..<Self.eventsPerProducer {
-                let (entity, amount) = (
-                    (index &* 7_919 &+ producer &* 104_729) % Self.entities, index % 10 + 1
-                )
+                let (entity, amount) = ClusterTally.event(index, producer: producer, entities: Self.entities)
                 expected[entity] += amount
             }
         }

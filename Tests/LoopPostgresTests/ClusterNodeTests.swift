@@ -6,21 +6,11 @@ import LoopRuntime
 import LoopTesting
 import Testing
 
-/// An entity that adds up what it is sent.
+/// Nodes of entities that add up what they are sent (the benchmark's cluster program).
 enum Counter {
-    enum Event: Codable, Sendable, Equatable {
-        case add(Int)
-    }
+    typealias Event = ClusterTally.Event
 
-    static let program = DurableProgram<Int, Event, Never>(
-        initial: 0,
-        update: Update { total, event in
-            switch event {
-            case .add(let amount): total += amount
-            }
-            return []
-        }
-    )
+    static let program = ClusterTally.program
 
     static func node(_ database: String, _ name: String) async throws -> ClusterNode<Int, Event, Never> {
         try await ClusterNode(
