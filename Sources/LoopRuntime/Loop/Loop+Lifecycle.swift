@@ -83,14 +83,23 @@ extension Loop {
     /// A host for this loop alone, made when it first needs one: the first asynchronous effect of a
     /// started loop, or a stop that has to wait.
     func makeHost() -> Host {
+        host(members: 1, sourcesStop: nil)
+    }
+
+    /// A host for this loop alone, with `members` loops on it (this one, once it has claimed it), whose
+    /// shutdown fires `sourcesStop` (if the loop runs sources) and expires the loop.
+    private func host(members: Int, sourcesStop: OneShotSignal?) -> Host {
         Host(
             clock: context.clock,
             shutdown: Host.Shutdown(
-                stopping: {},
+                stopping: { sourcesStop?.fire() },
                 deadline: { self.expire(.deadlineExceeded) },
-                cancelled: { self.expire(.cancelled) }
+                cancelled: {
+                    sourcesStop?.fire()
+                    self.expire(.cancelled)
+                }
             ),
-            members: 1
+            members: members
         )
     }
 
@@ -99,17 +108,8 @@ extension Loop {
     /// until the end (for `run()`).
     private func launch(keepingTask: Bool) throws(LoopError) -> Host {
         let sourcesStop = OneShotSignal()
-        let host = Host(
-            clock: context.clock,
-            shutdown: Host.Shutdown(
-                stopping: { sourcesStop.fire() },
-                deadline: { self.expire(.deadlineExceeded) },
-                cancelled: {
-                    sourcesStop.fire()
-                    self.expire(.cancelled)
-                }
-            )
-        )
+        // No member yet: the claim joins it.
+        let host = host(members: 0, sourcesStop: sourcesStop)
         let first = try claim(for: host)
         // After the claim (a loop that is already running must not get a second task), before the first
         // effects (which would otherwise start a detached one).
