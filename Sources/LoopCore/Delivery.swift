@@ -28,6 +28,7 @@ public struct Rejection: Error, Hashable, Sendable, CustomStringConvertible {
         case inboxFull
         case effectEnded
         case failed
+        case invalid
     }
 
     private let code: Code
@@ -44,6 +45,9 @@ public struct Rejection: Error, Hashable, Sendable, CustomStringConvertible {
     public static let effectEnded = Rejection(code: .effectEnded)
     /// The loop failed (a durable loop whose store failed, say) and takes no events; its error says why.
     public static let failed = Rejection(code: .failed)
+    /// The event cannot be taken as sent: a durable loop's caller key that is empty or too long, or an
+    /// event with a key that does not encode. Nothing of it was applied.
+    public static let invalid = Rejection(code: .invalid)
 
     /// A sentence saying why.
     public var description: String {
@@ -53,6 +57,7 @@ public struct Rejection: Error, Hashable, Sendable, CustomStringConvertible {
         case .inboxFull: "the loop's inbox is full"
         case .effectEnded: "the effect that sent it had already ended (timed out)"
         case .failed: "the loop failed and takes no events"
+        case .invalid: "the event cannot be taken as sent (an invalid key, or an event that does not encode)"
         }
     }
 }

@@ -96,3 +96,19 @@ package protocol ReplyChannel<Value>: AnyObject, Sendable {
     /// Hands `value` to the waiting caller; `false` if none waits any more.
     func answer(_ value: Value) -> Bool
 }
+
+/// A `ReplyTo` encodes as its id alone: an event that carries one can be recorded by a durable loop.
+/// A decoded `ReplyTo` has the same id and no way to a caller in this process, so replying to it
+/// directly reaches nobody; a durable loop delivers replies by id, to whoever waits for that id then.
+extension ReplyTo: Codable {
+    /// Encodes the id.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(id)
+    }
+
+    /// A reply address with the decoded id and no caller.
+    public init(from decoder: any Decoder) throws {
+        self.init(id: try decoder.singleValueContainer().decode(UInt64.self))
+    }
+}

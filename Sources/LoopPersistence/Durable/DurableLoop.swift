@@ -38,21 +38,26 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>
     >
 
-    /// The underlying loop, for its report and states; send through ``send(_:)`` and ``sendDurably(_:)``.
+    /// The underlying loop, for its report and states; send through ``send(_:key:)`` and
+    /// ``sendDurably(_:key:)``.
     public let core: Core
-    @usableFromInline let tickets: Tickets
+    @usableFromInline let stream: String
+    @usableFromInline let storage: DurableStorage<State, Event, Effect>
+    @usableFromInline let callers: Callers<State>
     @usableFromInline let failures: Failures
+    @usableFromInline let clock: any Clock<Duration>
 
     /// Creates a durable loop keeping its events in `stream` of `store`.
     ///
     /// - Parameters:
     ///   - stream: the stream's name; one loop per stream at a time.
-    ///   - program: the initial state, the update, and what to resume on start.
-    ///   - router: how the program's effects are performed.
+    ///   - program: the initial state, the update, what to resume on start, and how it answers requests.
+    ///   - router: how the program's effects are performed (replies need no route: the loop delivers them).
     ///   - store: where the events and snapshots go.
     ///   - events: how events are encoded.
     ///   - states: how snapshots of the state are encoded.
     ///   - snapshotEvery: save a snapshot after this many events (`nil`: never).
+    ///   - keysKept: how many callers' keys the loop remembers (see ``KeyWindow``).
     ///   - sources: event sources, run while the loop runs; their events are recorded like any other.
     ///   - failureGrace: how long effects of recorded events may finish after the store fails.
     ///   - observer: sees the program's events and effects, as for a plain loop (see
@@ -67,31 +72,29 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         events: some EventCodec<Event>,
         states: some EventCodec<State>,
         snapshotEvery: UInt64? = 1_000,
+        keysKept: Int = 1_000,
         sources: [any EventSource<Event>] = [],
         failureGrace: Duration = .seconds(5),
         observer: (any LoopObserver<Event, Effect>)? = nil,
         clock: any Clock<Duration> = ContinuousClock()
     ) {
-        let tickets = Tickets()
+        let callers = Callers<State>()
         let failures = Failures()
         self.failures = failures
-        let storage = DurableStorage(
-            store: store,
-            events: events,
-            states: states,
-            initial: program.initial,
-            update: program.update
-        )
-        self.tickets = tickets
+        self.stream = stream
+        self.clock = clock
+        let storage = DurableStorage(store: store, events: events, states: states, keysKept: keysKept) { _ in program }
+        self.storage = storage
+        self.callers = callers
         core = Loop(
             program: Program(
                 first: First(
-                    state: DurableState(stream: stream, initial: program.initial),
+                    state: DurableState(stream: stream, initial: program.initial, keysKept: keysKept),
                     effects: [.recover(stream: stream)]
                 ),
                 update: program.durableUpdate(snapshotEvery: snapshotEvery)
             ),
-            effects: storage.router(for: router, tickets: tickets, failureGrace: failureGrace, failed: failures.record),
+            effects: storage.router(for: router, callers: callers, failureGrace: failureGrace, failed: failures.record),
             sources: sources.map { source in
                 ClosureEventSource { send in try await source.run(send: send.map { .event($0, ticket: nil) }) }
             },
@@ -102,10 +105,15 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
 
     /// Sends `event`; returns whether it was taken. Never waits (see ``/LoopRuntime/Loop/send(_:)``).
     /// Once the store has failed, every event is refused with ``/LoopCore/Rejection/failed``.
+    ///
+    /// With a `key`, an event whose key the loop has recorded is not applied again (see ``KeyWindow``); a
+    /// key that is empty or too long (``KeyLimits``), or a keyed event that does not encode, is refused
+    /// with ``/LoopCore/Rejection/invalid``.
     @inlinable
     @discardableResult
-    public func send(_ event: Event) -> Delivery {
-        deliver(.event(event, ticket: nil))
+    public func send(_ event: Event, key: String? = nil) -> Delivery {
+        guard let call = storage.call(event, key: key, ticket: nil) else { return .rejected(.invalid) }
+        return deliver(key == nil ? .event(event, ticket: nil) : .call(call))
     }
 
     @inlinable
@@ -117,20 +125,86 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     /// Sends `event` and returns once it is durable, with its version in the stream: the moment a service
     /// may acknowledge its own client.
     ///
+    /// With a `key` the loop has recorded, the event is not applied again: the call returns the version
+    /// the first try's event was recorded at (once it is durable).
+    ///
     /// - Throws: ``DurableLoopError/rejected(_:)`` when the loop refuses it,
     ///   ``DurableLoopError/storeFailed(_:)`` when the store fails first, ``DurableLoopError/ended`` when
-    ///   the loop ends before (the event may then have been recorded or not).
+    ///   the loop ends before (the event may then have been recorded or not),
+    ///   ``DurableLoopError/keyReused(_:)`` when the key was recorded with another event, and
+    ///   ``DurableLoopError/invalid(_:)`` for a key that cannot be used.
     @inlinable
-    public func sendDurably(_ event: Event) async throws -> UInt64 {
-        try await withCheckedThrowingContinuation { continuation in
-            let ticket = tickets.register(continuation)
-            if case .rejected(let rejection) = deliver(.event(event, ticket: ticket)) {
-                tickets.refuse([ticket], with: DurableLoopError.rejected(rejection))
+    public func sendDurably(_ event: Event, key: String? = nil) async throws -> UInt64 {
+        let call = try storage.durableCall(event, key: key)
+        return try await withCheckedThrowingContinuation { continuation in
+            let ticket = callers.senders.register(continuation)
+            var input = DurableInput<State, Event>.event(event, ticket: ticket)
+            if var call {
+                call.ticket = ticket
+                input = .call(call)
+            }
+            if case .rejected(let rejection) = deliver(input) {
+                callers.senders.refuse([ticket], with: DurableLoopError.rejected(rejection))
             }
         }
     }
 
-    /// The program's state, after every event processed so far (durable or about to be).
+    /// Sends the event `make` builds around a new ``/LoopCore/ReplyTo`` and waits for the reply the
+    /// program decides, released only once the event that decided it is recorded (reply after commit).
+    ///
+    /// ```swift
+    /// let outcome = try await account.request(key: requestID, timeout: .seconds(2)) { .withdraw(50, replyTo: $0) }
+    /// ```
+    ///
+    /// The program answers as an in-memory one does, with an effect holding `replyTo.reply(value)`, now or
+    /// from a later event; it must say which effects are replies (``DurableProgram/replying(_:)``). With a
+    /// `key`, a repeat (after a timeout, a crash, a restart of either side) is not applied again: it gets
+    /// the recorded answer, or waits for it with the first try. Every wait ends:
+    /// - ``/LoopRuntime/RequestError/rejected(_:)`` when the loop does not take the event;
+    /// - ``/LoopRuntime/RequestError/storeFailed(_:)`` when the store fails before the reply is recorded;
+    /// - ``/LoopRuntime/RequestError/loopStopped`` when the loop stops first;
+    /// - ``/LoopRuntime/RequestError/timedOut(after:)`` when `timeout` (on the loop's clock) passes first;
+    /// - ``/LoopRuntime/RequestError/cancelled`` when the waiting task is cancelled;
+    /// - ``/LoopRuntime/RequestError/keyReused(_:)`` when the key was recorded with another event;
+    /// - ``/LoopRuntime/RequestError/invalid(_:)`` for a key that cannot be used, a program without
+    ///   replies, or a reply of another type than `Value`.
+    public func request<Value: Sendable>(
+        key: String? = nil,
+        timeout: Duration? = nil,
+        _ make: (ReplyTo<Value>) -> Event
+    ) async throws(RequestError) -> Value {
+        let failures = self.failures
+        let stream = self.stream
+        return try await callers.requests.perform(
+            stream: stream,
+            key: key,
+            timeout: timeout,
+            clock: clock,
+            make: make,
+            fingerprint: storage.fingerprint(of:),
+            deliver: { deliver(.call($0)) },
+            refusal: { rejection in
+                rejection == .failed
+                    ? .storeFailed(failures.reasons.withLock { $0[stream] } ?? "\(rejection)") : .rejected(rejection)
+            }
+        )
+    }
+
+    /// The program's state as of the last recorded event: returns once every event applied before the
+    /// call is durable, with the state they made (never one with events the store may still lose).
+    ///
+    /// - Throws: as ``sendDurably(_:key:)`` does.
+    public func durableState() async throws -> State {
+        try await withCheckedThrowingContinuation { continuation in
+            let ticket = callers.readers.register(continuation)
+            if case .rejected(let rejection) = deliver(.read(ticket: ticket)) {
+                callers.readers.refuse([ticket], with: DurableLoopError.rejected(rejection))
+            }
+        }
+    }
+
+    /// The program's state, after every event processed so far: live, and possibly ahead of the store
+    /// (see ``durableState()`` for the state as recorded).
     public var state: State {
         core.state.state
     }
@@ -138,6 +212,13 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     /// The version of the last durable event.
     public var version: UInt64 {
         core.state.recorded
+    }
+
+    /// Replies that reached nobody: their caller had given up or had its answer already, or the
+    /// request came before a restart. Replies to callers of events that were never recorded (the store
+    /// failed) are counted in the core's state (``DurableState/droppedReplies``).
+    public var droppedReplies: Int {
+        callers.requests.dropped.load(ordering: .relaxed)
     }
 
     /// Runs the loop: recovers its stream, then processes events until stopped or cancelled.
@@ -150,10 +231,10 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         do {
             report = try await core.run()
         } catch {
-            tickets.refuseAll(with: DurableLoopError.ended)
+            callers.end()
             throw error
         }
-        tickets.refuseAll(with: DurableLoopError.ended)
+        callers.end()
         if case .failed(let reason) = core.state.phase { throw DurableLoopError.storeFailed(reason) }
         return report
     }
@@ -163,7 +244,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     public func stop(gracePeriod: Duration = .seconds(30)) {
         core.stop(gracePeriod: gracePeriod)
         // Stopped before it ran: its queued events are dropped, so nobody may wait for them.
-        if !core.isRunning { tickets.refuseAll(with: DurableLoopError.ended) }
+        if !core.isRunning { callers.end() }
     }
 
     /// Waits until ``run()`` has started; see ``/LoopRuntime/Loop/waitUntilRunning()``.
@@ -181,6 +262,7 @@ extension DurableLoop where Event: Codable, State: Codable {
         effects router: EffectRouter<Effect, Event>,
         store: any EventStore,
         snapshotEvery: UInt64? = 1_000,
+        keysKept: Int = 1_000,
         sources: [any EventSource<Event>] = [],
         failureGrace: Duration = .seconds(5),
         observer: (any LoopObserver<Event, Effect>)? = nil,
@@ -194,6 +276,7 @@ extension DurableLoop where Event: Codable, State: Codable {
             events: BinaryCodec<Event>(),
             states: BinaryCodec<State>(),
             snapshotEvery: snapshotEvery,
+            keysKept: keysKept,
             sources: sources,
             failureGrace: failureGrace,
             observer: observer,

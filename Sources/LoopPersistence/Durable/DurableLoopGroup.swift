@@ -52,7 +52,8 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
 
     /// The underlying group, for its report; send through ``send(_:to:)`` and ``sendDurably(_:to:)``.
     public let core: Core
-    @usableFromInline let tickets: Tickets
+    @usableFromInline let callers: Callers<State>
+    @usableFromInline let storage: DurableStorage<State, Event, Effect>
     @usableFromInline let streamOf: @Sendable (ID) -> String
     @usableFromInline let passivation: Passivation
     @usableFromInline let clock: any Clock<Duration>
@@ -61,47 +62,52 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     @usableFromInline let passivated: Atomic<Int>
     @usableFromInline let recovered: Recoveries
 
-    /// Creates a group keeping each entity's events in its stream, `stream(id)`.
+    /// Creates a group keeping each entity's events in its stream, `stream(id)`, each entity running the
+    /// program `program(id)` (which may depend on the id, as ``/LoopRuntime/LoopGroup``'s does).
     ///
     /// - Parameters:
     ///   - stream: the stream of an id (its description by default); distinct ids need distinct streams.
-    ///   - program: every entity's program.
-    ///   - router: how the program's effects are performed.
+    ///   - program: the program of an entity; called when the entity starts (first event, or recovery
+    ///     after passivation).
+    ///   - router: how the programs' effects are performed (replies need no route: the group delivers
+    ///     them).
     ///   - store: where the events and snapshots go.
     ///   - events: how events are encoded.
     ///   - states: how snapshots are encoded.
     ///   - snapshotEvery: save an entity's snapshot after this many of its events (`nil`: never).
+    ///   - keysKept: how many callers' keys each entity remembers (see ``KeyWindow``).
     ///   - passivation: when to release idle entities.
     ///   - failureGrace: how long effects of recorded events may finish after an entity's store fails.
+    ///   - observer: sees the programs' own events and effects, with the entity's id (the store's work
+    ///     is left out, as ``DurableObserver`` does).
     ///   - clock: the clock timeouts, grace periods and idleness are measured on.
     @inlinable
     public init(
         stream: @escaping @Sendable (ID) -> String = { "\($0)" },
-        program: DurableProgram<State, Event, Effect>,
+        program: @escaping @Sendable (ID) -> DurableProgram<State, Event, Effect>,
         effects router: EffectRouter<Effect, Event>,
         store: any EventStore,
         events: some EventCodec<Event>,
         states: some EventCodec<State>,
         snapshotEvery: UInt64? = 1_000,
+        keysKept: Int = 1_000,
         passivation: Passivation = .never,
         failureGrace: Duration = .seconds(5),
+        observer: (any LoopGroupObserver<ID, Event, Effect>)? = nil,
         clock: any Clock<Duration> = ContinuousClock()
     ) {
-        let tickets = Tickets()
+        let callers = Callers<State>()
         let failures = Failures()
         self.failures = failures
         let recovered = Recoveries()
         self.recovered = recovered
-        let storage = DurableStorage(
-            store: store,
-            events: events,
-            states: states,
-            initial: program.initial,
-            update: program.update
-        )
-        let update = program.durableUpdate(snapshotEvery: snapshotEvery)
-        let initial = program.initial
-        self.tickets = tickets
+        // An entity's program, from its start to its recovery (the one that reads its stream back).
+        let starting = Locked<[String: DurableProgram<State, Event, Effect>]>([:])
+        let storage = DurableStorage(store: store, events: events, states: states, keysKept: keysKept) { name in
+            starting.withLock { $0.removeValue(forKey: name) }
+        }
+        self.storage = storage
+        self.callers = callers
         self.streamOf = stream
         self.passivation = passivation
         self.clock = clock
@@ -110,42 +116,155 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         core = LoopGroup(
             program: { id in
                 let name = stream(id)
+                let program = program(id)
+                starting.withLock { $0[name] = program }
                 return Program(
                     first: First(
-                        state: DurableState(stream: name, initial: initial),
+                        state: DurableState(stream: name, initial: program.initial, keysKept: keysKept),
                         effects: [.recover(stream: name)]
                     ),
-                    update: update
+                    update: program.durableUpdate(snapshotEvery: snapshotEvery)
                 )
             },
             effects: storage.router(
                 for: router,
-                tickets: tickets,
+                callers: callers,
                 failureGrace: failureGrace,
                 recovered: recovered.count,
                 failed: failures.record
             ),
+            observer: observer.map { observer in
+                ClosureLoopGroupObserver<ID, DurableInput<State, Event>, DurableEffect<State, Event, Effect>> {
+                    activity,
+                    entity in
+                    if let mapped = DurableObserver<State, Event, Effect>.program(activity) {
+                        observer.observe(mapped, of: entity)
+                    }
+                }
+            },
+            clock: clock
+        )
+    }
+
+    /// Creates a group whose entities all run `program`; see
+    /// ``init(stream:program:effects:store:events:states:snapshotEvery:keysKept:passivation:failureGrace:observer:clock:)``.
+    @inlinable
+    public convenience init(
+        stream: @escaping @Sendable (ID) -> String = { "\($0)" },
+        program: DurableProgram<State, Event, Effect>,
+        effects router: EffectRouter<Effect, Event>,
+        store: any EventStore,
+        events: some EventCodec<Event>,
+        states: some EventCodec<State>,
+        snapshotEvery: UInt64? = 1_000,
+        keysKept: Int = 1_000,
+        passivation: Passivation = .never,
+        failureGrace: Duration = .seconds(5),
+        observer: (any LoopGroupObserver<ID, Event, Effect>)? = nil,
+        clock: any Clock<Duration> = ContinuousClock()
+    ) {
+        self.init(
+            stream: stream,
+            program: { _ in program },
+            effects: router,
+            store: store,
+            events: events,
+            states: states,
+            snapshotEvery: snapshotEvery,
+            keysKept: keysKept,
+            passivation: passivation,
+            failureGrace: failureGrace,
+            observer: observer,
             clock: clock
         )
     }
 
     /// Sends `event` to the entity `id`, recovering it first if it is not live. Never waits.
+    ///
+    /// With a `key`, an event whose key the entity has recorded is not applied again (see ``KeyWindow``);
+    /// a key that cannot be used (``KeyLimits``), or a keyed event that does not encode, is refused with
+    /// ``/LoopCore/Rejection/invalid``.
     @inlinable
     @discardableResult
-    public func send(_ event: Event, to id: ID) -> Delivery {
-        deliver(.event(event, ticket: nil), to: id)
+    public func send(_ event: Event, to id: ID, key: String? = nil) -> Delivery {
+        guard let key else { return deliver(.event(event, ticket: nil), to: id) }
+        guard let call = storage.call(event, key: key, ticket: nil) else { return .rejected(.invalid) }
+        return deliver(.call(call), to: id)
     }
 
     /// Sends `event` to the entity `id` and returns once it is durable, with its version in the entity's
-    /// stream. Throws as ``DurableLoop/sendDurably(_:)`` does.
+    /// stream. With a `key` the entity has recorded, returns the first try's version without applying the
+    /// event again. Throws as ``DurableLoop/sendDurably(_:key:)`` does.
     @inlinable
-    public func sendDurably(_ event: Event, to id: ID) async throws -> UInt64 {
-        try await withCheckedThrowingContinuation { continuation in
-            let ticket = tickets.register(continuation)
-            if case .rejected(let rejection) = deliver(.event(event, ticket: ticket), to: id) {
-                tickets.refuse([ticket], with: DurableLoopError.rejected(rejection))
+    public func sendDurably(_ event: Event, to id: ID, key: String? = nil) async throws -> UInt64 {
+        let call = try storage.durableCall(event, key: key)
+        return try await withCheckedThrowingContinuation { continuation in
+            let ticket = callers.senders.register(continuation)
+            var input = DurableInput<State, Event>.event(event, ticket: ticket)
+            if var call {
+                call.ticket = ticket
+                input = .call(call)
+            }
+            if case .rejected(let rejection) = deliver(input, to: id) {
+                callers.senders.refuse([ticket], with: rejection == .failed ? failure(of: id) : .rejected(rejection))
             }
         }
+    }
+
+    /// Sends the event `make` builds around a new ``/LoopCore/ReplyTo`` to the entity `id` and waits for
+    /// the reply its program decides, released once the event that decided it is recorded. Keys, errors
+    /// and timeouts as ``DurableLoop/request(key:timeout:_:)``.
+    ///
+    /// ```swift
+    /// let outcome = try await accounts.request(to: id, key: requestID, timeout: .seconds(2)) {
+    ///     .withdraw(50, replyTo: $0)
+    /// }
+    /// ```
+    public func request<Value: Sendable>(
+        to id: ID,
+        key: String? = nil,
+        timeout: Duration? = nil,
+        _ make: (ReplyTo<Value>) -> Event
+    ) async throws(RequestError) -> Value {
+        try await callers.requests.perform(
+            stream: streamOf(id),
+            key: key,
+            timeout: timeout,
+            clock: clock,
+            make: make,
+            fingerprint: storage.fingerprint(of:),
+            deliver: { deliver(.call($0), to: id) },
+            refusal: { rejection in
+                if rejection == .failed, case .storeFailed(let reason) = failure(of: id) {
+                    .storeFailed(reason)
+                } else {
+                    .rejected(rejection)
+                }
+            }
+        )
+    }
+
+    /// The state of the entity `id` as of its last recorded event, recovering the entity if it is not
+    /// live: returns once every event applied to it before the call is durable, with the state they made.
+    /// An entity with no events has the program's initial state.
+    ///
+    /// - Throws: ``DurableLoopError/storeFailed(_:)`` when the entity's store failed (or its stream does
+    ///   not decode), ``DurableLoopError/rejected(_:)`` when the group refuses it (stopping),
+    ///   ``DurableLoopError/ended`` when the group ends first.
+    public func durableState(of id: ID) async throws -> State {
+        try await withCheckedThrowingContinuation { continuation in
+            let ticket = callers.readers.register(continuation)
+            if case .rejected(let rejection) = deliver(.read(ticket: ticket), to: id) {
+                callers.readers.refuse([ticket], with: rejection == .failed ? failure(of: id) : .rejected(rejection))
+            }
+        }
+    }
+
+    /// Why the entity `id` refuses events: its store's failure, in words.
+    @usableFromInline
+    func failure(of id: ID) -> DurableLoopError {
+        let stream = streamOf(id)
+        return .storeFailed(failures.reasons.withLock { $0[stream] } ?? "stream '\(stream)' failed")
     }
 
     @inlinable
@@ -174,7 +293,10 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         return delivery
     }
 
-    /// The state of a live entity, or `nil` for one that is not (never sent to, or passivated).
+    /// The live state of an entity, or `nil` for one that is not live (never sent to, or passivated).
+    ///
+    /// It may be ahead of the store (events applied but not yet recorded) and, while the entity
+    /// recovers, is the program's initial state: read ``durableState(of:)`` for the state as recorded.
     public func state(of id: ID) -> State? {
         core.state(of: id)?.state
     }
@@ -222,10 +344,10 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         defer { sweeper?.cancel() }
         do {
             let report = try await core.run()
-            tickets.refuseAll(with: DurableLoopError.ended)
+            callers.end()
             return report
         } catch {
-            tickets.refuseAll(with: DurableLoopError.ended)
+            callers.end()
             throw error
         }
     }
@@ -234,7 +356,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     public func stop(gracePeriod: Duration = .seconds(30)) {
         core.stop(gracePeriod: gracePeriod)
         // Stopped before it ran: its queued events are dropped, so nobody may wait for them.
-        if !core.isRunning { tickets.refuseAll(with: DurableLoopError.ended) }
+        if !core.isRunning { callers.end() }
     }
 
     /// Waits until ``run()`` has started.
@@ -360,16 +482,19 @@ struct Residents<ID: Hashable> {
 }
 
 extension DurableLoopGroup where Event: Codable, State: Codable {
-    /// A durable group whose events and snapshots are in the compact binary form (``BinaryCodec``).
+    /// A durable group whose events and snapshots are in the compact binary form (``BinaryCodec``), each
+    /// entity running `program(id)`.
     @inlinable
     public convenience init(
         stream: @escaping @Sendable (ID) -> String = { "\($0)" },
-        program: DurableProgram<State, Event, Effect>,
+        program: @escaping @Sendable (ID) -> DurableProgram<State, Event, Effect>,
         effects router: EffectRouter<Effect, Event>,
         store: any EventStore,
         snapshotEvery: UInt64? = 1_000,
+        keysKept: Int = 1_000,
         passivation: Passivation = .never,
         failureGrace: Duration = .seconds(5),
+        observer: (any LoopGroupObserver<ID, Event, Effect>)? = nil,
         clock: any Clock<Duration> = ContinuousClock()
     ) {
         self.init(
@@ -380,8 +505,41 @@ extension DurableLoopGroup where Event: Codable, State: Codable {
             events: BinaryCodec<Event>(),
             states: BinaryCodec<State>(),
             snapshotEvery: snapshotEvery,
+            keysKept: keysKept,
             passivation: passivation,
             failureGrace: failureGrace,
+            observer: observer,
+            clock: clock
+        )
+    }
+
+    /// A durable group whose events and snapshots are in the compact binary form (``BinaryCodec``), every
+    /// entity running `program`.
+    @inlinable
+    public convenience init(
+        stream: @escaping @Sendable (ID) -> String = { "\($0)" },
+        program: DurableProgram<State, Event, Effect>,
+        effects router: EffectRouter<Effect, Event>,
+        store: any EventStore,
+        snapshotEvery: UInt64? = 1_000,
+        keysKept: Int = 1_000,
+        passivation: Passivation = .never,
+        failureGrace: Duration = .seconds(5),
+        observer: (any LoopGroupObserver<ID, Event, Effect>)? = nil,
+        clock: any Clock<Duration> = ContinuousClock()
+    ) {
+        self.init(
+            stream: stream,
+            program: { _ in program },
+            effects: router,
+            store: store,
+            events: BinaryCodec<Event>(),
+            states: BinaryCodec<State>(),
+            snapshotEvery: snapshotEvery,
+            keysKept: keysKept,
+            passivation: passivation,
+            failureGrace: failureGrace,
+            observer: observer,
             clock: clock
         )
     }

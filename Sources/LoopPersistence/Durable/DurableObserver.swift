@@ -18,14 +18,22 @@ public struct DurableObserver<State: Sendable, Event: Sendable, Effect: Sendable
     }
 
     /// The program's view of `activity`, or `nil` for the store's work.
+    @usableFromInline
     static func program(
         _ activity: LoopActivity<DurableInput<State, Event>, DurableEffect<State, Event, Effect>>
     ) -> LoopActivity<Event, Effect>? {
         func event(_ input: DurableInput<State, Event>?) -> Event? {
-            if case .event(let event, _)? = input { event } else { nil }
+            switch input {
+            case .event(let event, _)?: event
+            case .call(let call)?: call.event
+            default: nil
+            }
         }
         func effect(_ effect: DurableEffect<State, Event, Effect>) -> Effect? {
-            if case .effect(let effect, _) = effect { effect } else { nil }
+            switch effect {
+            case .effect(let effect, _), .reply(let effect, _, _): effect
+            default: nil
+            }
         }
         switch activity {
         case .eventProcessed(let input, let origin, let duration, let depth, let outers):

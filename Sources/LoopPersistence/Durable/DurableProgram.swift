@@ -23,27 +23,69 @@ public struct DurableProgram<State, Event, Effect> {
     /// the work a recovered one resumes. Effects of recovered events are never performed again; this is
     /// where a program says which of them still need doing.
     public var resume: @Sendable (State) -> [Effect]
+    /// How the program's answers to requests are found among its effects (see ``replying(_:)``);
+    /// `nil` for a program that answers no requests.
+    public var replies: ReplyRecording<Effect>?
 
     /// Creates a durable program.
     public init(
         initial: State,
         update: Update<State, Event, Effect>,
-        resume: @escaping @Sendable (State) -> [Effect] = { _ in [] }
+        resume: @escaping @Sendable (State) -> [Effect] = { _ in [] },
+        replies: ReplyRecording<Effect>? = nil
     ) {
         self.initial = initial
         self.update = update
         self.resume = resume
+        self.replies = replies
+    }
+
+    /// The program, answering requests with the replies `extract` finds among its effects, whose values
+    /// are recorded in ``BinaryCodec``'s form.
+    ///
+    /// ```swift
+    /// enum Effect { case answer(Reply<Outcome>), notify(Account) }
+    /// let program = DurableProgram(initial: Account(), update: Update(Account.update))
+    ///     .replying { if case .answer(let reply) = $0 { reply } else { nil } }
+    /// let outcome = try await accounts.request(to: id, key: requestID) { .withdraw(50, replyTo: $0) }
+    /// ```
+    ///
+    /// The durable loop delivers these replies itself (the router needs no route for them), once the
+    /// event that decided each is recorded; the answer to a keyed request is recorded with that event.
+    public func replying<Value: Codable & Sendable>(
+        _ extract: @escaping @Sendable (Effect) -> Reply<Value>?
+    ) -> DurableProgram {
+        var program = self
+        program.replies = ReplyRecording(extract, codec: BinaryCodec<Value>())
+        return program
+    }
+
+    /// The program, answering requests with the replies `extract` finds among its effects, whose values
+    /// are recorded with `codec`.
+    public func replying<Value: Sendable>(
+        _ extract: @escaping @Sendable (Effect) -> Reply<Value>?,
+        codec: some EventCodec<Value>
+    ) -> DurableProgram {
+        var program = self
+        program.replies = ReplyRecording(extract, codec: codec)
+        return program
     }
 }
 
-/// What a durable loop processes: the program's events, and what its store reports.
+/// What a durable loop processes: the program's events, what its callers ask, and what its store reports.
 public enum DurableInput<State, Event> {
     /// An event of the program, from a sender or an effect handler; `ticket` identifies a sender waiting
     /// for it to be durable.
     case event(Event, ticket: UInt64?)
-    /// The stream was read back: the state after its last event, that event's version, and the
-    /// version of the snapshot it started from (0 for none).
-    case recovered(State, version: UInt64, snapshot: UInt64)
+    /// An event from a caller that gave a key, or asks for a reply: a key already recorded is not applied
+    /// again (see ``KeyWindow``).
+    case call(DurableCall<Event>)
+    /// A caller asks for the state as of the last recorded event, once every event applied before the
+    /// read is recorded; `ticket` identifies it.
+    case read(ticket: UInt64)
+    /// The stream was read back: the state after its last event, that event's version, the version of
+    /// the snapshot it started from (0 for none), and the callers' keys recorded (`nil`: none).
+    case recovered(State, version: UInt64, snapshot: UInt64, keys: KeyWindow? = nil)
     /// The events up to `version` are durable.
     case recorded(upTo: UInt64)
     /// The store failed (or the stream could not be read back): why, in words naming the stream.
@@ -57,19 +99,54 @@ public enum DurableInput<State, Event> {
 /// the store's work.
 public enum DurableEffect<State, Event, Effect> {
     /// An effect of the program, performed by its route; its handler sees `key` as
-    /// ``/EffectHandlers/IdempotencyKey/current``.
+    /// ``/EffectHandlers/IdempotencyKey/current``. A reply (see ``DurableProgram/replies``) is delivered
+    /// to the callers waiting for its reply address.
     case effect(Effect, key: IdempotencyKey? = nil)
     /// Read the stream back: its latest snapshot, then every event after it folded through the update.
     case recover(stream: String)
-    /// Append `events` to `stream`, which is at version `expecting`; then, if `snapshot` is set, save it
-    /// as the state at the new version.
-    case append(stream: String, events: [Event], expecting: UInt64, snapshot: State?)
+    /// Append `events` to `stream`, which is at version `expecting`, each with its note (by position in
+    /// `events`) if it has one; then, if `snapshot` is set, save it as the state at the new version,
+    /// with the callers' keys `keys`. The events are acknowledged before the snapshot is saved.
+    case append(
+        stream: String,
+        events: [Event],
+        expecting: UInt64,
+        snapshot: State?,
+        notes: [Int: EventNote] = [:],
+        keys: KeyWindow? = nil
+    )
     /// Tell waiting senders their events are durable: each ticket with its event's version.
     case acknowledge([Acknowledgement])
-    /// The stream failed: tell waiting senders their events will never be durable, and why.
+    /// A reply the update returned (the program's effect that holds it), for the callers waiting for its
+    /// address in `stream`: released, as every effect, once its event is recorded.
+    case reply(Effect, stream: String, delivery: ReplyDelivery)
+    /// The answer recorded for a key, for a repeat of the key whose request was answered.
+    case answer(stream: String, delivery: ReplyDelivery)
+    /// Refuse a call, for the reason given: nothing of it was applied.
+    case refuse(stream: String, ticket: UInt64?, reply: UInt64?, reason: CallRefusal)
+    /// Give the readers with these tickets the state as of the last recorded event.
+    case read(tickets: [UInt64], state: State)
+    /// The stream failed: tell waiting senders, readers and requesters their events will never be
+    /// durable, and why.
     case fail(stream: String, tickets: [UInt64], reason: String)
     /// Stop the loop: its store failed.
     case stop
+}
+
+/// Why a durable loop refused a call.
+public enum CallRefusal: Hashable, Sendable, CustomStringConvertible {
+    /// The key was recorded with a different event.
+    case keyReused(String)
+    /// A request to a program that answers none (its ``DurableProgram/replies`` is `nil`).
+    case noReplies
+
+    /// A sentence saying why.
+    public var description: String {
+        switch self {
+        case .keyReused(let key): "the key '\(key.prefix(100))' was recorded with a different event"
+        case .noReplies: "the program answers no requests: build it with DurableProgram.replying(_:)"
+        }
+    }
 }
 
 /// A sender's ticket and the version its event was recorded at.
@@ -131,27 +208,46 @@ public struct DurableState<State, Event, Effect> {
     public var appending = false
     /// Applied events not yet handed to the store, in order.
     public var unrecorded: [Event] = []
+    /// What is recorded beside some of the unrecorded events, by position in ``unrecorded``.
+    public var notes: [Int: EventNote] = [:]
     /// Applied events whose effects or senders wait for the store, in order.
     public var pending: [Pending] = []
-    /// Events that arrived while recovering, in order.
-    public var held: [(event: Event, ticket: UInt64?)] = []
+    /// Calls that arrived while recovering, in order.
+    public var held: [DurableCall<Event>] = []
     /// Events recorded since the last snapshot.
     public var sinceSnapshot: UInt64 = 0
     /// Why the last snapshot could not be saved, if one could not.
     public var lastSnapshotFailure: String?
+    /// The callers' keys recorded for this stream.
+    public var keys: KeyWindow
+    /// Senders of a repeated key waiting for the first try's event to be durable.
+    public var repeats: [Acknowledgement] = []
+    /// Readers waiting, each with the version applied when it asked.
+    public var reads: [Acknowledgement] = []
+    /// The state at the end of the batch under way, kept while readers wait for that batch.
+    public var readable: (version: UInt64, state: State)?
+    /// Repeats of a recorded key, answered from the record and not applied.
+    public var repeated = 0
+    /// Replies the update returned for a request that had its answer already: ignored.
+    public var duplicateReplies = 0
+    /// Replies dropped because their event will never be recorded (the store failed).
+    public var droppedReplies = 0
 
     /// Whether nothing is on its way to the store: the loop may be passivated (and recovered later)
     /// without losing or repeating anything.
     @inlinable
     public var isQuiet: Bool {
         phase == .running && !appending && unrecorded.isEmpty && pending.isEmpty && held.isEmpty
+            && repeats.isEmpty && reads.isEmpty
     }
 
-    /// A loop about to recover `stream`, starting from `initial` when the stream is new.
+    /// A loop about to recover `stream`, starting from `initial` when the stream is new, keeping at most
+    /// `keysKept` callers' keys.
     @inlinable
-    public init(stream: String, initial: State) {
+    public init(stream: String, initial: State, keysKept: Int = 1_000) {
         self.stream = stream
         self.state = initial
+        self.keys = KeyWindow(capacity: keysKept)
     }
 }
 
@@ -161,32 +257,64 @@ extension DurableProgram {
     /// time; what arrives meanwhile goes in the next), and releases each event's effects only once the
     /// store says it is durable. A store failure stops it, and no effect of an unrecorded event runs.
     ///
+    /// A call with a key the loop has recorded is not applied again: its sender gets the first try's
+    /// version, its requester the recorded answer (see ``KeyWindow``). A reply the update returns is
+    /// released with its event's other effects, after the event is recorded; a keyed request's answer is
+    /// recorded with that event.
+    ///
     /// `snapshotEvery` saves the state with the append that brings the events since the last snapshot to
     /// at least that many (`nil`: never).
     @inlinable
     public func durableUpdate(
         snapshotEvery: UInt64?
     ) -> Update<DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>> {
-        let (update, resume) = (self.update, self.resume)
+        let (update, resume, replies) = (self.update, self.resume, self.replies)
         return Update { (durable: inout DurableState<State, Event, Effect>, input: DurableInput<State, Event>) in
             switch input {
             case .event(let event, let ticket):
                 switch durable.phase {
                 case .recovering:
-                    durable.held.append((event, ticket))
+                    durable.held.append(DurableCall(event: event, ticket: ticket))
                     return []
                 case .failed(let reason):
                     return ticket.map { [.fail(stream: durable.stream, tickets: [$0], reason: reason)] } ?? []
                 case .running:
-                    durable.apply(event, ticket: ticket, update: update)
+                    durable.apply(event, ticket: ticket, note: nil, update: update, replies: replies)
                     return durable.handOver(snapshotEvery: snapshotEvery)
                 }
-            case .recovered(let state, let version, let snapshot):
+            case .call(let call):
+                switch durable.phase {
+                case .recovering:
+                    durable.held.append(call)
+                    return []
+                case .failed(let reason):
+                    return [.fail(stream: durable.stream, tickets: call.ticket.map { [$0] } ?? [], reason: reason)]
+                case .running:
+                    var effects = durable.accept(call, update: update, replies: replies)
+                    effects += durable.handOver(snapshotEvery: snapshotEvery)
+                    return effects
+                }
+            case .read(let ticket):
+                switch durable.phase {
+                case .recovering:
+                    durable.reads.append(Acknowledgement(ticket: ticket, version: 0))
+                    return []
+                case .failed(let reason):
+                    return [.fail(stream: durable.stream, tickets: [ticket], reason: reason)]
+                case .running:
+                    durable.reads.append(Acknowledgement(ticket: ticket, version: durable.version))
+                    if durable.appending && durable.unrecorded.isEmpty && durable.readable == nil {
+                        durable.readable = (durable.version, durable.state)
+                    }
+                    return durable.releaseReads()
+                }
+            case .recovered(let state, let version, let snapshot, let keys):
                 guard durable.phase == .recovering else { return [] }
                 durable.phase = .running
                 durable.state = state
                 durable.version = version
                 durable.recorded = version
+                if let keys { durable.keys = keys }
                 // Events since the snapshot count toward the next one, across restarts and passivation.
                 durable.sinceSnapshot = version - min(snapshot, version)
                 let stream = durable.stream
@@ -196,9 +324,11 @@ extension DurableProgram {
                         key: IdempotencyKey(stream: stream, version: version, index: index, resumed: true)
                     )
                 }
+                // Readers that asked while recovering get the recovered state, before held events apply.
+                effects += durable.releaseReads()
                 let held = durable.held
                 durable.held = []
-                for (event, ticket) in held { durable.apply(event, ticket: ticket, update: update) }
+                for call in held { effects += durable.accept(call, update: update, replies: replies) }
                 effects += durable.handOver(snapshotEvery: snapshotEvery)
                 return effects
             case .recorded(let version):
@@ -211,17 +341,27 @@ extension DurableProgram {
                 for pending in released {
                     let (stream, version) = (durable.stream, pending.version)
                     effects += pending.effects.enumerated().map { index, effect in
-                        DurableEffect<State, Event, Effect>.effect(
-                            effect,
-                            key: IdempotencyKey(stream: stream, version: version, index: index)
-                        )
+                        if let found = replies?.find(effect) {
+                            .reply(
+                                effect,
+                                stream: stream,
+                                delivery: ReplyDelivery(reply: found.reply, value: found.value)
+                            )
+                        } else {
+                            .effect(effect, key: IdempotencyKey(stream: stream, version: version, index: index))
+                        }
                     }
                     if let ticket = pending.ticket {
                         acknowledgements.append(Acknowledgement(ticket: ticket, version: pending.version))
                     }
                 }
                 durable.pending.removeFirst(released.count)
+                if !durable.repeats.isEmpty {
+                    acknowledgements += durable.repeats.filter { $0.version <= version }
+                    durable.repeats.removeAll { $0.version <= version }
+                }
                 if !acknowledgements.isEmpty { effects.append(.acknowledge(acknowledgements)) }
+                if !durable.reads.isEmpty { effects += durable.releaseReads() }
                 return effects + durable.handOver(snapshotEvery: snapshotEvery)
             case .snapshotFailed(let reason):
                 durable.lastSnapshotFailure = reason
@@ -229,10 +369,21 @@ extension DurableProgram {
             case .failed(let reason):
                 if case .failed = durable.phase { return [] }
                 durable.phase = .failed(reason)
-                let tickets = durable.pending.compactMap(\.ticket) + durable.held.compactMap(\.ticket)
+                if let replies {
+                    durable.droppedReplies += durable.pending.reduce(0) { count, pending in
+                        count + pending.effects.count { replies.find($0) != nil }
+                    }
+                }
+                let tickets =
+                    durable.pending.compactMap(\.ticket) + durable.held.compactMap(\.ticket)
+                    + durable.repeats.map(\.ticket) + durable.reads.map(\.ticket)
                 durable.pending = []
                 durable.held = []
+                durable.repeats = []
+                durable.reads = []
+                durable.readable = nil
                 durable.unrecorded = []
+                durable.notes = [:]
                 durable.appending = false
                 return [.fail(stream: durable.stream, tickets: tickets, reason: reason), .stop]
             }
@@ -241,15 +392,109 @@ extension DurableProgram {
 }
 
 extension DurableState {
-    /// Applies `event` to the state; its effects wait until it is durable.
+    /// Applies `event` to the state; its effects wait until it is durable. A reply among them to a keyed
+    /// request is recorded with the event; a second reply to one is dropped.
     @inlinable
-    mutating func apply(_ event: Event, ticket: UInt64?, update: Update<State, Event, Effect>) {
-        let effects = update(&state, event)
+    mutating func apply(
+        _ event: Event,
+        ticket: UInt64?,
+        note: EventNote?,
+        update: Update<State, Event, Effect>,
+        replies: ReplyRecording<Effect>?
+    ) {
+        var effects = update(&state, event)
         version += 1
+        var note = note ?? EventNote()
+        if let replies, !effects.isEmpty, keys.count > 0 {
+            var index = 0
+            while index < effects.count {
+                if let found = replies.find(effects[index]), let entry = keys.entry(replying: found.reply) {
+                    if entry.answer == nil {
+                        let answer = RecordedAnswer(reply: found.reply, version: version, payload: found.encode())
+                        _ = keys.answer(found.reply, with: answer)
+                        note.answers.append(answer)
+                    } else {
+                        effects.remove(at: index)
+                        duplicateReplies += 1
+                        continue
+                    }
+                }
+                index += 1
+            }
+        }
+        if !note.isEmpty { notes[unrecorded.count] = note }
         unrecorded.append(event)
         if !effects.isEmpty || ticket != nil {
             pending.append(Pending(version: version, effects: effects, ticket: ticket))
         }
+    }
+
+    /// Takes a call: applies it, unless its key is recorded; a repeat is answered from the record.
+    @inlinable
+    mutating func accept(
+        _ call: DurableCall<Event>,
+        update: Update<State, Event, Effect>,
+        replies: ReplyRecording<Effect>?
+    ) -> [DurableEffect<State, Event, Effect>] {
+        if call.reply != nil, replies == nil {
+            return [.refuse(stream: stream, ticket: call.ticket, reply: call.reply, reason: .noReplies)]
+        }
+        guard let key = call.key else {
+            apply(call.event, ticket: call.ticket, note: nil, update: update, replies: replies)
+            return []
+        }
+        guard let entry = keys[key] else {
+            let entry = KeyWindow.Entry(
+                key: key,
+                version: version + 1,
+                fingerprint: call.fingerprint,
+                reply: call.reply ?? 0
+            )
+            keys.insert(entry)
+            apply(call.event, ticket: call.ticket, note: EventNote(key: entry), update: update, replies: replies)
+            return []
+        }
+        guard entry.fingerprint == call.fingerprint else {
+            return [.refuse(stream: stream, ticket: call.ticket, reply: call.reply, reason: .keyReused(key))]
+        }
+        repeated += 1
+        var effects: [DurableEffect<State, Event, Effect>] = []
+        if let ticket = call.ticket {
+            let acknowledgement = Acknowledgement(ticket: ticket, version: entry.version)
+            if entry.version <= recorded {
+                effects.append(.acknowledge([acknowledgement]))
+            } else {
+                repeats.append(acknowledgement)
+            }
+        }
+        // An answer not yet recorded reaches this caller with the first one's: it waits on the same address.
+        if call.reply != nil, let answer = entry.answer, answer.version <= recorded, let replies {
+            effects.append(
+                .answer(
+                    stream: stream,
+                    delivery: ReplyDelivery(reply: entry.reply, recorded: answer.payload, decode: replies.decode)
+                )
+            )
+        }
+        return effects
+    }
+
+    /// Answers the readers whose events are all recorded, with the state as of the last recorded event.
+    @inlinable
+    mutating func releaseReads() -> [DurableEffect<State, Event, Effect>] {
+        guard !reads.isEmpty else { return [] }
+        if recorded == version {
+            defer {
+                reads = []
+                readable = nil
+            }
+            return [.read(tickets: reads.map(\.ticket), state: state)]
+        }
+        guard let batch = readable, batch.version <= recorded else { return [] }
+        readable = nil
+        let answered = reads.filter { $0.version <= batch.version }
+        reads.removeAll { $0.version <= batch.version }
+        return answered.isEmpty ? [] : [.read(tickets: answered.map(\.ticket), state: batch.state)]
     }
 
     /// Hands the unrecorded events to the store, unless an append is under way.
@@ -258,14 +503,27 @@ extension DurableState {
         guard !appending, !unrecorded.isEmpty else { return [] }
         appending = true
         let events = unrecorded
+        let notes = self.notes
         unrecorded = []
+        self.notes = [:]
         sinceSnapshot += UInt64(events.count)
         var snapshot: State?
         if let every = snapshotEvery, sinceSnapshot >= every {
             snapshot = state
             sinceSnapshot = 0
         }
-        return [.append(stream: stream, events: events, expecting: version - UInt64(events.count), snapshot: snapshot)]
+        // Readers waiting for these events get the state at the batch's end once it is recorded.
+        if !reads.isEmpty && readable == nil { readable = (version, state) }
+        return [
+            .append(
+                stream: stream,
+                events: events,
+                expecting: version - UInt64(events.count),
+                snapshot: snapshot,
+                notes: notes,
+                keys: snapshot != nil && keys.count > 0 ? keys : nil
+            )
+        ]
     }
 }
 

@@ -1,6 +1,7 @@
 public import EffectHandlers
 public import LoopCore
 internal import LoopRuntime
+public import Synchronization
 
 /// The store's side of a durable loop: reading a stream back and appending to it, with the codecs.
 /// Every failure comes back as a ``DurableInput/failed(_:)`` naming the stream (and the version, for an
@@ -10,34 +11,40 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
     @usableFromInline let store: any EventStore
     @usableFromInline let events: any EventCodec<Event>
     @usableFromInline let states: any EventCodec<State>
-    @usableFromInline let initial: State
-    @usableFromInline let update: Update<State, Event, Effect>
+    /// The program of the entity whose stream is being recovered.
+    @usableFromInline let program: @Sendable (String) -> DurableProgram<State, Event, Effect>?
+    @usableFromInline let keysKept: Int
 
     @inlinable
     init(
         store: any EventStore,
         events: any EventCodec<Event>,
         states: any EventCodec<State>,
-        initial: State,
-        update: Update<State, Event, Effect>
+        keysKept: Int,
+        program: @escaping @Sendable (String) -> DurableProgram<State, Event, Effect>?
     ) {
         self.store = store
         self.events = events
         self.states = states
-        self.initial = initial
-        self.update = update
+        self.keysKept = keysKept
+        self.program = program
     }
 
-    /// The latest snapshot, then every later event folded through the update, one page in memory.
+    /// The latest snapshot, then every later event folded through the update, one page in memory; the
+    /// callers' keys the snapshot and the events carry come back with the state.
     @inlinable
     func recover(_ stream: String) async -> DurableInput<State, Event> {
-        var state = initial
+        guard let program = program(stream) else { return .failed("stream '\(stream)': no program to recover it") }
+        var state = program.initial
         var version: UInt64 = 0
         var snapshotVersion: UInt64 = 0
+        var keys = KeyWindow(capacity: keysKept)
         do {
             if let snapshot = try await store.latestSnapshot(of: stream) {
                 do {
-                    state = try states.decode(snapshot.payload)
+                    let stored = try RecordEnvelope.snapshot(snapshot.payload, capacity: keysKept)
+                    state = try states.decode(stored.state)
+                    if let recorded = stored.keys { keys = recorded }
                 } catch {
                     return .failed(
                         "stream '\(stream)': the snapshot at version \(snapshot.version) does not decode: \(error)"
@@ -48,61 +55,104 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             }
             for try await stored in store.events(of: stream, after: version) {
                 let event: Event
+                let note: EventNote?
                 do {
-                    event = try events.decode(stored.payload)
+                    let record = try RecordEnvelope.event(stored.payload)
+                    event = try events.decode(record.event)
+                    note = record.note
                 } catch {
                     return .failed(
                         "stream '\(stream)': the event at version \(stored.version) does not decode: \(error)"
                     )
                 }
-                _ = update(&state, event)
+                if let note { keys.record(note) }
+                _ = program.update(&state, event)
                 version = stored.version
             }
         } catch {
             return .failed("cannot recover stream '\(stream)': \(error)")
         }
-        return .recovered(state, version: version, snapshot: snapshotVersion)
+        return .recovered(state, version: version, snapshot: snapshotVersion, keys: keys.count > 0 ? keys : nil)
     }
 
-    /// Appends the events, then saves the snapshot if one came with them.
+    /// Appends the events, each with its note: `.recorded`, or `.failed`.
     @inlinable
     func append(
         _ batch: [Event],
+        notes: [Int: EventNote],
         to stream: String,
-        expecting: UInt64,
-        snapshot: State?
-    ) async -> [DurableInput<State, Event>] {
-        let payloads: [[UInt8]]
+        expecting: UInt64
+    ) async -> DurableInput<State, Event> {
+        var payloads: [[UInt8]] = []
+        payloads.reserveCapacity(batch.count)
         do {
-            payloads = try batch.map(events.encode)
+            for (index, event) in batch.enumerated() {
+                payloads.append(RecordEnvelope.event(try events.encode(event), note: notes[index]))
+            }
         } catch {
-            return [.failed("stream '\(stream)': cannot encode an event: \(error)")]
+            return .failed("stream '\(stream)': cannot encode an event: \(error)")
         }
-        let version: UInt64
         do {
-            version = try await store.append(payloads, to: stream, expecting: expecting)
+            return .recorded(upTo: try await store.append(payloads, to: stream, expecting: expecting))
         } catch {
-            return [.failed("\(error)")]
-        }
-        guard let snapshot else { return [.recorded(upTo: version)] }
-        do {
-            try await store.save(Snapshot(stream: stream, version: version, payload: try states.encode(snapshot)))
-            return [.recorded(upTo: version)]
-        } catch {
-            // The events are durable: the loop goes on, and tries again after the next interval.
-            return [
-                .recorded(upTo: version),
-                .snapshotFailed("stream '\(stream)': cannot save the snapshot at version \(version): \(error)"),
-            ]
+            return .failed("\(error)")
         }
     }
 
-    /// The program's routes, wrapped: the program's effects keep their routes and lifecycles, the
-    /// store's work runs in tasks, and senders waiting for durability are answered through `tickets`.
+    /// Saves `state` as the snapshot at `version`, with the callers' keys; `nil` once saved, or why not.
+    @inlinable
+    func save(
+        _ state: State,
+        keys: KeyWindow?,
+        of stream: String,
+        at version: UInt64
+    ) async -> DurableInput<State, Event>? {
+        do {
+            let payload = RecordEnvelope.snapshot(try states.encode(state), keys: keys)
+            try await store.save(Snapshot(stream: stream, version: version, payload: payload))
+            return nil
+        } catch {
+            // The events are durable: the loop goes on, and tries again after the next interval.
+            return .snapshotFailed("stream '\(stream)': cannot save the snapshot at version \(version): \(error)")
+        }
+    }
+
+    /// A digest of `event`'s encoding, compared between a keyed call and its repeats.
+    @inlinable
+    func fingerprint(of event: Event) throws -> UInt64 {
+        LoopPersistence.fingerprint(try events.encode(event))
+    }
+
+    /// The call of `event` under `key` (if any) with `ticket`; `nil` if the key cannot be used or the event
+    /// of a keyed call does not encode.
+    @inlinable
+    func call(_ event: Event, key: String?, ticket: UInt64?) -> DurableCall<Event>? {
+        guard let key else { return DurableCall(event: event, ticket: ticket) }
+        guard KeyLimits.problem(with: key) == nil, let digest = try? fingerprint(of: event) else { return nil }
+        return DurableCall(event: event, key: key, fingerprint: digest, ticket: ticket)
+    }
+
+    /// The call of `event` under `key`, without a ticket yet, for a sender that waits; `nil` without a key.
+    ///
+    /// - Throws: ``DurableLoopError/invalid(_:)`` if the key cannot be used or the event does not encode.
+    @inlinable
+    func durableCall(_ event: Event, key: String?) throws(DurableLoopError) -> DurableCall<Event>? {
+        guard let key else { return nil }
+        if let problem = KeyLimits.problem(with: key) { throw .invalid(problem) }
+        do {
+            return DurableCall(event: event, key: key, fingerprint: try fingerprint(of: event))
+        } catch {
+            throw .invalid("the event does not encode: \(error)")
+        }
+    }
+
+    /// The program's routes, wrapped: the program's effects keep their routes and lifecycles, replies go
+    /// to the callers waiting for them, the store's work runs in tasks, and senders and readers waiting
+    /// for the store are answered through `tickets` and `readers`.
     @inlinable
     func router(
         for effects: EffectRouter<Effect, Event>,
-        tickets: Tickets,
+        callers: Callers<State>,
         failureGrace: Duration,
         recovered: @escaping @Sendable () -> Void = {},
         failed: @escaping @Sendable (_ stream: String, _ reason: String) -> Void = { _, _ in }
@@ -124,19 +174,66 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 }
             )
             .route(
-                { effect -> (String, [Event], UInt64, State?)? in
-                    guard case .append(let stream, let events, let expecting, let snapshot) = effect else { return nil }
-                    return (stream, events, expecting, snapshot)
+                { effect -> Append? in
+                    guard
+                        case .append(let stream, let events, let expecting, let snapshot, let notes, let keys) = effect
+                    else { return nil }
+                    return Append(
+                        stream: stream,
+                        events: events,
+                        notes: notes,
+                        expecting: expecting,
+                        snapshot: snapshot,
+                        keys: keys
+                    )
                 },
                 to: ClosureEffectHandler { append, send in
-                    for input in await storage.append(append.1, to: append.0, expecting: append.2, snapshot: append.3) {
-                        send(input)
+                    let outcome = await storage.append(
+                        append.events,
+                        notes: append.notes,
+                        to: append.stream,
+                        expecting: append.expecting
+                    )
+                    // Acknowledged first: the snapshot is saved after, while the next batch is under way.
+                    send(outcome)
+                    guard case .recorded(let version) = outcome, let snapshot = append.snapshot else { return }
+                    if let failure = await storage.save(snapshot, keys: append.keys, of: append.stream, at: version) {
+                        send(failure)
                     }
                 }
             )
             .route(
                 { if case .acknowledge(let acknowledgements) = $0 { acknowledgements } else { nil } },
-                to: ClosureSyncEffectHandler { acknowledgements, _ in tickets.acknowledge(acknowledgements) }
+                to: ClosureSyncEffectHandler { acknowledgements, _ in
+                    callers.senders.resolve(acknowledgements.map { ($0.ticket, $0.version) })
+                }
+            )
+            .route(
+                { effect -> (String, ReplyDelivery)? in
+                    switch effect {
+                    case .reply(_, let stream, let delivery), .answer(let stream, let delivery): (stream, delivery)
+                    default: nil
+                    }
+                },
+                to: ClosureSyncEffectHandler { reply, _ in callers.requests.deliver(reply.1, in: reply.0) }
+            )
+            .route(
+                { effect -> (String, UInt64?, UInt64?, CallRefusal)? in
+                    if case .refuse(let stream, let ticket, let reply, let reason) = effect {
+                        (stream, ticket, reply, reason)
+                    } else {
+                        nil
+                    }
+                },
+                to: ClosureSyncEffectHandler { refusal, _ in
+                    callers.refuse(refusal.1, reply: refusal.2, in: refusal.0, refusal.3)
+                }
+            )
+            .route(
+                { effect -> ([UInt64], State)? in
+                    if case .read(let tickets, let state) = effect { (tickets, state) } else { nil }
+                },
+                to: ClosureSyncEffectHandler { read, _ in callers.readers.resolve(read.0.map { ($0, read.1) }) }
             )
             .route(
                 { effect -> (stream: String, tickets: [UInt64], reason: String)? in
@@ -148,61 +245,130 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 },
                 to: ClosureSyncEffectHandler { failure, _ in
                     failed(failure.stream, failure.reason)
-                    tickets.refuse(failure.tickets, with: DurableLoopError.storeFailed(failure.reason))
+                    callers.fail(failure.tickets, in: failure.stream, reason: failure.reason)
                 }
             )
             .stopLoop { if case .stop = $0 { failureGrace } else { nil } }
     }
+
+    /// What an `.append` asks for.
+    @usableFromInline
+    struct Append: Sendable {
+        @usableFromInline var stream: String
+        @usableFromInline var events: [Event]
+        @usableFromInline var notes: [Int: EventNote]
+        @usableFromInline var expecting: UInt64
+        @usableFromInline var snapshot: State?
+        @usableFromInline var keys: KeyWindow?
+
+        @inlinable
+        init(
+            stream: String,
+            events: [Event],
+            notes: [Int: EventNote],
+            expecting: UInt64,
+            snapshot: State?,
+            keys: KeyWindow?
+        ) {
+            self.stream = stream
+            self.events = events
+            self.notes = notes
+            self.expecting = expecting
+            self.snapshot = snapshot
+            self.keys = keys
+        }
+    }
 }
 
-/// Senders waiting for their events to be durable, by ticket.
+/// The ticket numbers of every durable loop's waiting callers, unique within the process, so one
+/// `.fail` can name senders, readers and requesters together.
 @usableFromInline
-final class Tickets: Sendable {
-    private struct Waiting {
-        var next: UInt64 = 0
-        var continuations: [UInt64: CheckedContinuation<UInt64, any Error>] = [:]
-    }
+let ticketNumbers = Atomic<UInt64>(0)
 
-    private let waiting = Locked(Waiting())
+/// Callers waiting for something a loop will answer once: each by ticket, with a continuation.
+@usableFromInline
+final class Tickets<Value: Sendable>: Sendable {
+    private let waiting = Locked<[UInt64: CheckedContinuation<Value, any Error>]>([:])
 
     @usableFromInline
     init() {}
 
     /// Registers `continuation`; returns its ticket.
     @usableFromInline
-    func register(_ continuation: CheckedContinuation<UInt64, any Error>) -> UInt64 {
-        waiting.withLock { waiting in
-            waiting.next += 1
-            waiting.continuations[waiting.next] = continuation
-            return waiting.next
-        }
+    func register(_ continuation: CheckedContinuation<Value, any Error>) -> UInt64 {
+        let ticket = ticketNumbers.add(1, ordering: .relaxed).newValue
+        waiting.withLock { $0[ticket] = continuation }
+        return ticket
     }
 
+    /// Answers each ticket with its value.
     @usableFromInline
-    func acknowledge(_ acknowledgements: [Acknowledgement]) {
+    func resolve(_ answers: [(UInt64, Value)]) {
         let resumed = waiting.withLock { waiting in
-            acknowledgements.compactMap { acknowledgement in
-                waiting.continuations.removeValue(forKey: acknowledgement.ticket).map { ($0, acknowledgement.version) }
-            }
+            answers.compactMap { ticket, value in waiting.removeValue(forKey: ticket).map { ($0, value) } }
         }
-        for (continuation, version) in resumed { continuation.resume(returning: version) }
+        for (continuation, value) in resumed { continuation.resume(returning: value) }
     }
 
     @usableFromInline
     func refuse(_ tickets: [UInt64], with error: any Error) {
-        let refused = waiting.withLock { waiting in tickets.compactMap { waiting.continuations.removeValue(forKey: $0) }
-        }
+        let refused = waiting.withLock { waiting in tickets.compactMap { waiting.removeValue(forKey: $0) } }
         for continuation in refused { continuation.resume(throwing: error) }
     }
 
-    /// Fails every sender still waiting: the loop has ended.
+    /// Fails every caller still waiting: the loop has ended.
     @usableFromInline
     func refuseAll(with error: any Error) {
         let refused = waiting.withLock { waiting in
-            defer { waiting.continuations = [:] }
-            return Array(waiting.continuations.values)
+            defer { waiting = [:] }
+            return Array(waiting.values)
         }
         for continuation in refused { continuation.resume(throwing: error) }
+    }
+}
+
+/// Everyone waiting for a durable loop or group: senders for durability, readers for the state,
+/// requesters for replies.
+@usableFromInline
+final class Callers<State: Sendable>: Sendable {
+    @usableFromInline let senders = Tickets<UInt64>()
+    @usableFromInline let readers = Tickets<State>()
+    @usableFromInline let requests = Requesters()
+
+    @usableFromInline
+    init() {}
+
+    @usableFromInline
+    func refuse(_ ticket: UInt64?, reply: UInt64?, in stream: String, _ reason: CallRefusal) {
+        let error: DurableLoopError =
+            switch reason {
+            case .keyReused(let key): .keyReused(key)
+            case .noReplies: .invalid(reason.description)
+            }
+        if let ticket { senders.refuse([ticket], with: error) }
+        if let ticket, let reply {
+            let refusal: RequestError =
+                switch reason {
+                case .keyReused(let key): .keyReused(key)
+                case .noReplies: .invalid(reason.description)
+                }
+            requests.refuse(ticket, reply: reply, in: stream, with: refusal)
+        }
+    }
+
+    @usableFromInline
+    func fail(_ tickets: [UInt64], in stream: String, reason: String) {
+        senders.refuse(tickets, with: DurableLoopError.storeFailed(reason))
+        readers.refuse(tickets, with: DurableLoopError.storeFailed(reason))
+        requests.fail(stream, with: .storeFailed(reason))
+    }
+
+    /// The loop ended: nobody gets an answer any more.
+    @usableFromInline
+    func end() {
+        senders.refuseAll(with: DurableLoopError.ended)
+        readers.refuseAll(with: DurableLoopError.ended)
+        requests.failAll(with: .loopStopped)
     }
 }
 
@@ -215,6 +381,10 @@ public enum DurableLoopError: Error, Hashable, Sendable, CustomStringConvertible
     case rejected(Rejection)
     /// The loop ended before the event was durable; it may or may not have been recorded.
     case ended
+    /// The key was recorded before, for this stream, with a different event: nothing was applied.
+    case keyReused(String)
+    /// The call cannot be made as asked (a key too long, an event that does not encode), in words.
+    case invalid(String)
 
     /// A sentence saying what happened.
     public var description: String {
@@ -222,6 +392,8 @@ public enum DurableLoopError: Error, Hashable, Sendable, CustomStringConvertible
         case .storeFailed(let reason): "the durable loop stopped: \(reason)"
         case .rejected(let rejection): "the event was rejected: \(rejection)"
         case .ended: "the loop ended before the event was durable"
+        case .keyReused(let key): "the key '\(key.prefix(100))' was recorded before with a different event"
+        case .invalid(let reason): "the call is invalid: \(reason)"
         }
     }
 }

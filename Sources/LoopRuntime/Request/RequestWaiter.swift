@@ -7,7 +7,7 @@ let requestIdentifiers = Atomic<UInt64>(0)
 
 /// A request the loop holds until it stops, so that it can fail it then.
 @usableFromInline
-protocol PendingRequest: AnyObject, Sendable {
+package protocol PendingRequest: AnyObject, Sendable {
     /// Whether it has its outcome (a reply or an error).
     var isSettled: Bool { get }
     /// Fails it with `error`, unless it already has its outcome.
@@ -18,7 +18,7 @@ protocol PendingRequest: AnyObject, Sendable {
 /// the loop's stop, the deadline, the task's cancellation, a rejection, or the last copy of its
 /// ``/LoopCore/ReplyTo`` going away; every later attempt changes nothing.
 @usableFromInline
-final class RequestWaiter<Value: Sendable>: PendingRequest {
+package final class RequestWaiter<Value: Sendable>: PendingRequest {
     @usableFromInline
     enum Phase {
         /// No continuation yet (the outcome may already be known).
@@ -34,11 +34,11 @@ final class RequestWaiter<Value: Sendable>: PendingRequest {
     let settled = Atomic<Bool>(false)
 
     @inlinable
-    init() {}
+    package init() {}
 
     /// The continuation to resume with the outcome: at once if it is already known.
     @inlinable
-    func install(_ continuation: CheckedContinuation<Result<Value, RequestError>, Never>) {
+    package func install(_ continuation: CheckedContinuation<Result<Value, RequestError>, Never>) {
         let known = phase.withLock { phase -> Result<Value, RequestError>? in
             guard case .pending(let result) = phase else { return nil }
             guard let result else {
@@ -54,7 +54,7 @@ final class RequestWaiter<Value: Sendable>: PendingRequest {
     /// Decides the outcome; `false` if it had already been decided.
     @inlinable
     @discardableResult
-    func settle(_ result: Result<Value, RequestError>) -> Bool {
+    package func settle(_ result: Result<Value, RequestError>) -> Bool {
         let (decided, waiter) = phase.withLock {
             phase -> (Bool, CheckedContinuation<Result<Value, RequestError>, Never>?) in
             switch phase {
@@ -75,12 +75,12 @@ final class RequestWaiter<Value: Sendable>: PendingRequest {
     }
 
     @inlinable
-    var isSettled: Bool {
+    package var isSettled: Bool {
         settled.load(ordering: .acquiring)
     }
 
     @inlinable
-    func fail(_ error: RequestError) {
+    package func fail(_ error: RequestError) {
         settle(.failure(error))
     }
 }

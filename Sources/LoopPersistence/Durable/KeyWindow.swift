@@ -1,0 +1,254 @@
+public import LoopCore
+
+/// The callers' keys an entity has recorded, newest last, at most ``capacity`` of them: what makes a
+/// repeat of a keyed `send`, `sendDurably` or `request` harmless. A key in the window is not applied
+/// again; a repeat gets the first try's version and, for a request, its recorded answer.
+///
+/// The window is kept by the durable loop, not in the program's state: it is recorded with the events
+/// (each keyed event carries its key, each answer is recorded with the event that decided it) and
+/// carried by snapshots, so it is the same after a restart or passivation. A key older than the last
+/// `capacity` keys of its entity is forgotten: a repeat of it is applied as a new event.
+public struct KeyWindow: Sendable, Equatable {
+    /// What the window remembers of one key.
+    public struct Entry: Sendable, Hashable {
+        /// The caller's key.
+        public var key: String
+        /// The version of the event recorded under it.
+        public var version: UInt64
+        /// A digest of the event's encoding: a repeat must send the same event.
+        public var fingerprint: UInt64
+        /// The id of the request's reply address (0 for a key without a request).
+        public var reply: UInt64
+        /// The answer the program decided for the request, and the version of the event that decided
+        /// it; `nil` while no answer is decided.
+        public var answer: RecordedAnswer?
+
+        /// Creates an entry.
+        public init(key: String, version: UInt64, fingerprint: UInt64, reply: UInt64, answer: RecordedAnswer? = nil) {
+            self.key = key
+            self.version = version
+            self.fingerprint = fingerprint
+            self.reply = reply
+            self.answer = answer
+        }
+    }
+
+    /// How many keys the window keeps; the oldest go first.
+    public let capacity: Int
+    private var entries: [String: Entry] = [:]
+    private var byReply: [UInt64: String] = [:]
+    private var order: [String] = []
+    private var head = 0
+
+    /// An empty window keeping at most `capacity` keys (at least 1).
+    public init(capacity: Int) {
+        self.capacity = max(1, capacity)
+    }
+
+    /// How many keys it holds.
+    public var count: Int { entries.count }
+
+    /// The entries, oldest first.
+    public var all: [Entry] { order[head...].compactMap { entries[$0] } }
+
+    /// The entry of `key`, if the window has it.
+    public subscript(key: String) -> Entry? { entries[key] }
+
+    /// The entry whose request has the reply address `reply`, if the window has it.
+    public func entry(replying reply: UInt64) -> Entry? {
+        byReply[reply].flatMap { entries[$0] }
+    }
+
+    /// Adds `entry` (its key must be new), forgetting the oldest keys past the capacity.
+    public mutating func insert(_ entry: Entry) {
+        guard entries[entry.key] == nil else { return }
+        entries[entry.key] = entry
+        if entry.reply != 0 { byReply[entry.reply] = entry.key }
+        order.append(entry.key)
+        while entries.count > capacity, head < order.count {
+            let oldest = order[head]
+            head += 1
+            if let gone = entries.removeValue(forKey: oldest), gone.reply != 0 { byReply[gone.reply] = nil }
+        }
+        if head > 64 && head * 2 > order.count {
+            order.removeFirst(head)
+            head = 0
+        }
+    }
+
+    /// Records the answer to the request with the reply address `reply`; `false` if the window has no
+    /// such request or it has its answer already.
+    public mutating func answer(_ reply: UInt64, with answer: RecordedAnswer) -> Bool {
+        guard let key = byReply[reply], entries[key]?.answer == nil else { return false }
+        entries[key]?.answer = answer
+        return true
+    }
+
+    /// Equal when they keep the same capacity and the same entries in the same order.
+    public static func == (lhs: KeyWindow, rhs: KeyWindow) -> Bool {
+        lhs.capacity == rhs.capacity && lhs.all == rhs.all
+    }
+}
+
+/// An answer recorded with the event that decided it: the program's reply value, encoded with the
+/// program's answer codec, or why it could not be encoded.
+public struct RecordedAnswer: Sendable, Hashable {
+    /// The id of the reply address it answers.
+    public var reply: UInt64
+    /// The version of the event that decided it.
+    public var version: UInt64
+    /// The encoded value, or why it did not encode.
+    public var payload: Result<[UInt8], CodecError>
+
+    /// Creates a recorded answer.
+    public init(reply: UInt64, version: UInt64, payload: Result<[UInt8], CodecError>) {
+        self.reply = reply
+        self.version = version
+        self.payload = payload
+    }
+}
+
+/// What the durable loop records beside one of the program's events: the caller's key it came with,
+/// and the answers to keyed requests that it decided.
+public struct EventNote: Sendable, Hashable {
+    /// The caller's key and what identifies its event, if it came with one.
+    public var key: KeyWindow.Entry?
+    /// The answers the event decided, to keyed requests.
+    public var answers: [RecordedAnswer]
+
+    /// Creates a note.
+    public init(key: KeyWindow.Entry? = nil, answers: [RecordedAnswer] = []) {
+        self.key = key
+        self.answers = answers
+    }
+
+    /// Whether there is nothing to record.
+    public var isEmpty: Bool { key == nil && answers.isEmpty }
+}
+
+extension KeyWindow {
+    /// Applies what `note` records of the event at `version`: its key, then its answers.
+    @usableFromInline
+    mutating func record(_ note: EventNote) {
+        if let key = note.key { insert(key) }
+        for answer in note.answers { _ = self.answer(answer.reply, with: answer) }
+    }
+}
+
+/// A call into a durable loop from outside: an event with what comes with it.
+public struct DurableCall<Event> {
+    /// The program's event.
+    public var event: Event
+    /// The caller's key, if it gave one.
+    public var key: String?
+    /// A digest of the event's encoding, compared between a keyed call and its repeats.
+    public var fingerprint: UInt64
+    /// The id of the request's reply address, for a request.
+    public var reply: UInt64?
+    /// The ticket of a sender waiting for the event to be durable.
+    public var ticket: UInt64?
+
+    /// Creates a call.
+    public init(event: Event, key: String? = nil, fingerprint: UInt64 = 0, reply: UInt64? = nil, ticket: UInt64? = nil)
+    {
+        self.event = event
+        self.key = key
+        self.fingerprint = fingerprint
+        self.reply = reply
+        self.ticket = ticket
+    }
+}
+
+extension DurableCall: Sendable where Event: Sendable {}
+extension DurableCall: Equatable where Event: Equatable {}
+
+/// How a durable program's answers to requests are found among its effects: an effect holding a
+/// ``/LoopCore/Reply`` is delivered by the durable loop (after its event is recorded), and, for a keyed
+/// request, its value is encoded and recorded with the event, so a repeat of the key gets it back.
+public struct ReplyRecording<Effect>: Sendable {
+    /// An answer found in an effect.
+    public struct Found {
+        /// The id of the reply address.
+        public var reply: UInt64
+        /// The reply's value.
+        public var value: any Sendable
+        /// Encodes the value for the record.
+        public var encode: () -> Result<[UInt8], CodecError>
+    }
+
+    /// The answer `effect` holds, or `nil` if it is no reply.
+    public let find: @Sendable (Effect) -> Found?
+    /// The value a recorded answer encodes.
+    public let decode: @Sendable ([UInt8]) -> Result<any Sendable, CodecError>
+
+    /// Finds replies with `extract`, encoding their values with `codec`.
+    public init<Value: Sendable>(
+        _ extract: @escaping @Sendable (Effect) -> Reply<Value>?,
+        codec: some EventCodec<Value>
+    ) {
+        find = { effect in
+            guard let reply = extract(effect) else { return nil }
+            return Found(reply: reply.to.id, value: reply.value) {
+                do {
+                    return .success(try codec.encode(reply.value))
+                } catch let error as CodecError {
+                    return .failure(error)
+                } catch {
+                    return .failure(CodecError("\(error)"))
+                }
+            }
+        }
+        decode = { bytes in
+            do {
+                return .success(try codec.decode(bytes))
+            } catch let error as CodecError {
+                return .failure(error)
+            } catch {
+                return .failure(CodecError("\(error)"))
+            }
+        }
+    }
+}
+
+/// A reply on its way to the callers waiting for its address: the value the update decided, or, for a
+/// repeat of a key, the one recorded with the first try (`recorded`, its bytes as stored).
+///
+/// Two deliveries are equal when they go to the same address with the same recorded bytes: the value
+/// itself is compared where the program's effect holds it (``DurableEffect/reply(_:stream:delivery:)``).
+public struct ReplyDelivery: Sendable, Equatable, CustomStringConvertible {
+    /// The id of the reply address.
+    public var reply: UInt64
+    /// For an answer from the record: the recorded bytes, or why the first answer did not encode.
+    public var recorded: Result<[UInt8], CodecError>?
+    /// The value to hand over, or why it cannot be had.
+    public var value: Result<any Sendable, CodecError>
+
+    /// A delivery of `value` to the reply address `reply`.
+    public init(reply: UInt64, value: any Sendable) {
+        self.reply = reply
+        self.recorded = nil
+        self.value = .success(value)
+    }
+
+    /// A delivery of the recorded answer `recorded`, decoded by `decode`.
+    public init(
+        reply: UInt64,
+        recorded: Result<[UInt8], CodecError>,
+        decode: ([UInt8]) -> Result<any Sendable, CodecError>
+    ) {
+        self.reply = reply
+        self.recorded = recorded
+        switch recorded {
+        case .success(let bytes): value = decode(bytes)
+        case .failure(let error): value = .failure(error)
+        }
+    }
+
+    /// Equal when they go to the same address with the same recorded bytes.
+    public static func == (lhs: ReplyDelivery, rhs: ReplyDelivery) -> Bool {
+        lhs.reply == rhs.reply && lhs.recorded == rhs.recorded
+    }
+
+    /// `reply #id`, and `(recorded)` for an answer from the record.
+    public var description: String { "reply #\(reply)\(recorded == nil ? "" : " (recorded)")" }
+}
