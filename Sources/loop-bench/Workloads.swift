@@ -34,6 +34,8 @@ struct Sizes {
     var w11Kills: Int
     var w12Callers: Int
     var w12Requests: Int
+    var w13Requests: Int
+    var w15Requests: Int
 
     static let full = Sizes(
         runs: 5,
@@ -51,7 +53,9 @@ struct Sizes {
         w10Events: 100_000,
         w11Kills: 5,
         w12Callers: 1_000,
-        w12Requests: 100
+        w12Requests: 100,
+        w13Requests: 3_000,
+        w15Requests: 500
     )
     static let quick = Sizes(
         runs: 3,
@@ -69,7 +73,9 @@ struct Sizes {
         w10Events: 5_000,
         w11Kills: 1,
         w12Callers: 100,
-        w12Requests: 20
+        w12Requests: 20,
+        w13Requests: 100,
+        w15Requests: 50
     )
 }
 

@@ -168,6 +168,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     /// - ``/LoopRuntime/RequestError/keyReused(_:)`` when the key was recorded with another event;
     /// - ``/LoopRuntime/RequestError/invalid(_:)`` for a key that cannot be used, a program without
     ///   replies, or a reply of another type than `Value`.
+    @inlinable
     public func request<Value: Sendable>(
         key: String? = nil,
         timeout: Duration? = nil,

@@ -59,8 +59,8 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     @usableFromInline let clock: any Clock<Duration>
     @usableFromInline let residents: Locked<Residents<ID>>
     @usableFromInline let failures: Failures
-    @usableFromInline let passivated: Atomic<Int>
-    @usableFromInline let recovered: Recoveries
+    @usableFromInline let passivated: Count
+    @usableFromInline let recovered: Count
 
     /// Creates a group keeping each entity's events in its stream, `stream(id)`, each entity running the
     /// program `program(id)` (which may depend on the id, as ``/LoopRuntime/LoopGroup``'s does).
@@ -99,7 +99,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         let callers = Callers<State>()
         let failures = Failures()
         self.failures = failures
-        let recovered = Recoveries()
+        let recovered = Count()
         self.recovered = recovered
         // An entity's program, from its start to its recovery (the one that reads its stream back).
         let starting = Locked<[String: DurableProgram<State, Event, Effect>]>([:])
@@ -112,7 +112,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         self.passivation = passivation
         self.clock = clock
         self.residents = Locked(Residents<ID>())
-        self.passivated = Atomic(0)
+        self.passivated = Count()
         core = LoopGroup(
             program: { id in
                 let name = stream(id)
@@ -220,6 +220,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     ///     .withdraw(50, replyTo: $0)
     /// }
     /// ```
+    @inlinable
     public func request<Value: Sendable>(
         to id: ID,
         key: String? = nil,
@@ -301,6 +302,13 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         core.state(of: id)?.state
     }
 
+    /// Replies that reached nobody: their caller had given up or had its answer already, or the request
+    /// came before a restart. Replies to callers of events that were never recorded (an entity's store
+    /// failed) are counted in that entity's state (``DurableState/droppedReplies``).
+    public var droppedReplies: Int {
+        callers.requests.dropped.load(ordering: .relaxed)
+    }
+
     /// How many entities are live.
     public var count: Int {
         core.count
@@ -321,7 +329,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
 
     /// How many entities were passivated so far.
     public var passivations: Int {
-        passivated.load(ordering: .relaxed)
+        passivated.value.load(ordering: .relaxed)
     }
 
     /// The streams whose entities failed, with why. Such an entity refuses events until the process
@@ -369,7 +377,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     public func passivate(_ id: ID) -> Bool {
         guard core.passivate(id, when: \.isQuiet) else { return false }
         residents.withLock { $0.forget(id) }
-        passivated.add(1, ordering: .relaxed)
+        passivated.count()
         return true
     }
 
@@ -401,9 +409,10 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     }
 }
 
-/// Counts recoveries.
+/// A count shared by reference: the group's counters live in these rather than in `Atomic` stored
+/// properties of the generic group (whose inlinable initializer the 6.3 optimiser then fails to compile).
 @usableFromInline
-final class Recoveries: Sendable {
+final class Count: Sendable {
     @usableFromInline let value = Atomic<Int>(0)
 
     @usableFromInline

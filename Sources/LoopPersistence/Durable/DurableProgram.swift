@@ -297,7 +297,8 @@ extension DurableProgram {
             case .read(let ticket):
                 switch durable.phase {
                 case .recovering:
-                    durable.reads.append(Acknowledgement(ticket: ticket, version: 0))
+                    // Marked with how many calls wait before it: it sees them, and none after.
+                    durable.reads.append(Acknowledgement(ticket: ticket, version: UInt64(durable.held.count)))
                     return []
                 case .failed(let reason):
                     return [.fail(stream: durable.stream, tickets: [ticket], reason: reason)]
@@ -324,11 +325,20 @@ extension DurableProgram {
                         key: IdempotencyKey(stream: stream, version: version, index: index, resumed: true)
                     )
                 }
-                // Readers that asked while recovering get the recovered state, before held events apply.
-                effects += durable.releaseReads()
-                let held = durable.held
+                // Readers that asked while recovering see the calls held before them, and none after.
+                let (held, reads) = (durable.held, durable.reads)
                 durable.held = []
-                for call in held { effects += durable.accept(call, update: update, replies: replies) }
+                durable.reads = []
+                var read = reads.startIndex
+                for index in 0...held.count {
+                    while read < reads.endIndex, reads[read].version == UInt64(index) {
+                        durable.reads.append(Acknowledgement(ticket: reads[read].ticket, version: durable.version))
+                        read += 1
+                    }
+                    // Those that asked before any held call are answered with the recovered state now.
+                    effects += durable.releaseReads()
+                    if index < held.count { effects += durable.accept(held[index], update: update, replies: replies) }
+                }
                 effects += durable.handOver(snapshotEvery: snapshotEvery)
                 return effects
             case .recorded(let version):
@@ -439,8 +449,10 @@ extension DurableState {
         if call.reply != nil, replies == nil {
             return [.refuse(stream: stream, ticket: call.ticket, reply: call.reply, reason: .noReplies)]
         }
+        // A request's ticket only identifies it for a refusal: its caller waits for the reply, not the version.
+        let ticket = call.reply == nil ? call.ticket : nil
         guard let key = call.key else {
-            apply(call.event, ticket: call.ticket, note: nil, update: update, replies: replies)
+            apply(call.event, ticket: ticket, note: nil, update: update, replies: replies)
             return []
         }
         guard let entry = keys[key] else {
@@ -451,7 +463,7 @@ extension DurableState {
                 reply: call.reply ?? 0
             )
             keys.insert(entry)
-            apply(call.event, ticket: call.ticket, note: EventNote(key: entry), update: update, replies: replies)
+            apply(call.event, ticket: ticket, note: EventNote(key: entry), update: update, replies: replies)
             return []
         }
         guard entry.fingerprint == call.fingerprint else {
@@ -459,7 +471,7 @@ extension DurableState {
         }
         repeated += 1
         var effects: [DurableEffect<State, Event, Effect>] = []
-        if let ticket = call.ticket {
+        if let ticket {
             let acknowledgement = Acknowledgement(ticket: ticket, version: entry.version)
             if entry.version <= recorded {
                 effects.append(.acknowledge([acknowledgement]))

@@ -1,4 +1,4 @@
-internal import LoopCore
+public import LoopCore
 public import LoopRuntime
 public import Synchronization
 
@@ -8,9 +8,16 @@ public import Synchronization
 /// recovered.
 @usableFromInline
 final class Requesters: Sendable {
+    @usableFromInline
     struct Address: Hashable {
-        var stream: String
-        var reply: UInt64
+        @usableFromInline var stream: String
+        @usableFromInline var reply: UInt64
+
+        @inlinable
+        init(stream: String, reply: UInt64) {
+            self.stream = stream
+            self.reply = reply
+        }
     }
 
     private let waiting = Locked<[Address: [UInt64: any AnswerWaiter]]>([:])
@@ -20,10 +27,12 @@ final class Requesters: Sendable {
     @usableFromInline
     init() {}
 
+    @usableFromInline
     func register(_ waiter: any AnswerWaiter, ticket: UInt64, reply: UInt64, in stream: String) {
         waiting.withLock { $0[Address(stream: stream, reply: reply), default: [:]][ticket] = waiter }
     }
 
+    @usableFromInline
     func remove(ticket: UInt64, reply: UInt64, in stream: String) {
         let address = Address(stream: stream, reply: reply)
         waiting.withLock { waiting in
@@ -69,6 +78,7 @@ final class Requesters: Sendable {
     /// Sends a request with `deliver` and waits for its reply, or the error that ended the wait. The
     /// reply address is derived from the key for a keyed request (so every repeat waits on the same
     /// one, in every process), and unique within the process otherwise.
+    @inlinable
     func perform<Value: Sendable, Event>(
         stream: String,
         key: String?,
@@ -115,10 +125,12 @@ final class Requesters: Sendable {
 }
 
 /// The reply addresses of unkeyed requests: unique within the process, below those derived from keys.
+@usableFromInline
 let unkeyedReplies = Atomic<UInt64>(0)
 
 /// The reply address of the request under `key` to `stream`: the same in every process, with the top bit
 /// set so it never meets an unkeyed one.
+@usableFromInline
 func keyedReply(stream: String, key: String) -> UInt64 {
     fingerprint(key.utf8, seed: fingerprint(stream.utf8) ^ 0x9E37_79B9_7F4A_7C15) | (1 << 63)
 }
@@ -138,6 +150,7 @@ public enum KeyLimits {
 }
 
 /// A caller waiting for a reply, whatever its type.
+@usableFromInline
 protocol AnswerWaiter: AnyObject, Sendable {
     /// Hands over `value`; `false` if the caller has its outcome already.
     func settle(_ value: Result<any Sendable, CodecError>) -> Bool
@@ -146,9 +159,14 @@ protocol AnswerWaiter: AnyObject, Sendable {
 }
 
 /// A caller waiting for a reply of type `Value`.
+@usableFromInline
 final class TypedAnswerWaiter<Value: Sendable>: AnswerWaiter {
-    let waiter = RequestWaiter<Value>()
+    @usableFromInline let waiter = RequestWaiter<Value>()
 
+    @inlinable
+    init() {}
+
+    @usableFromInline
     func settle(_ value: Result<any Sendable, CodecError>) -> Bool {
         switch value {
         case .success(let value as Value):
@@ -164,6 +182,7 @@ final class TypedAnswerWaiter<Value: Sendable>: AnswerWaiter {
         }
     }
 
+    @usableFromInline
     func fail(_ error: RequestError) {
         waiter.fail(error)
     }

@@ -1,0 +1,535 @@
+import EffectHandlers
+import LoopCore
+import LoopPersistence
+import LoopRuntime
+import LoopTesting
+import Testing
+
+/// An account answering its callers: deposits always succeed, a withdrawal past the balance is refused.
+enum Account {
+    enum Outcome: Codable, Hashable, Sendable {
+        case done(balance: Int)
+        case insufficient(balance: Int)
+    }
+
+    enum Event: Codable, Hashable, Sendable {
+        case deposit(Int, replyTo: ReplyTo<Outcome>)
+        case withdraw(Int, replyTo: ReplyTo<Outcome>)
+        /// Asks for an audit; answered later, when the audit reports back.
+        case audit(replyTo: ReplyTo<Outcome>)
+        case audited
+        /// A faulty update: answers twice.
+        case answerTwice(replyTo: ReplyTo<Outcome>)
+        /// Never answered.
+        case ignore(replyTo: ReplyTo<Outcome>)
+        case note(Int)
+    }
+
+    struct State: Codable, Equatable, Sendable {
+        var balance = 0
+        var auditing: [ReplyTo<Outcome>] = []
+        var notes: [Int] = []
+    }
+
+    enum Effect: Equatable, Sendable {
+        case answer(Reply<Outcome>)
+        case runAudit
+    }
+
+    static func update(_ state: inout State, _ event: Event) -> [Effect] {
+        switch event {
+        case .deposit(let amount, let replyTo):
+            state.balance += amount
+            return [.answer(replyTo.reply(.done(balance: state.balance)))]
+        case .withdraw(let amount, let replyTo):
+            guard amount <= state.balance else {
+                return [.answer(replyTo.reply(.insufficient(balance: state.balance)))]
+            }
+            state.balance -= amount
+            return [.answer(replyTo.reply(.done(balance: state.balance)))]
+        case .audit(let replyTo):
+            state.auditing.append(replyTo)
+            return [.runAudit]
+        case .audited:
+            defer { state.auditing = [] }
+            return state.auditing.map { .answer($0.reply(.done(balance: state.balance))) }
+        case .answerTwice(let replyTo):
+            return [.answer(replyTo.reply(.done(balance: 1))), .answer(replyTo.reply(.done(balance: 2)))]
+        case .ignore:
+            return []
+        case .note(let value):
+            state.notes.append(value)
+            return []
+        }
+    }
+
+    static let program = DurableProgram(initial: State(), update: Update(update))
+        .replying { if case .answer(let reply) = $0 { reply } else { nil } }
+
+    /// Audits report back at once.
+    static let router = EffectRouter<Effect, Event>()
+        .route({ $0 == .runAudit ? () : nil }, to: ClosureSyncEffectHandler { _, send in send(.audited) })
+
+    typealias Group = DurableLoopGroup<String, State, Event, Effect>
+    typealias Durable = DurableState<State, Event, Effect>
+}
+
+/// A store whose appends wait while it is held.
+final class GatedStore: EventStore {
+    let inner = InMemoryEventStore()
+    private let gate = Locked<(held: Bool, waiting: [CheckedContinuation<Void, Never>])>((false, []))
+    let appends = Locked(0)
+
+    func hold() { gate.withLock { $0.held = true } }
+
+    func release() {
+        let waiting = gate.withLock { gate in
+            defer { gate = (false, []) }
+            return gate.waiting
+        }
+        for continuation in waiting { continuation.resume() }
+    }
+
+    var waitingAppends: Int { gate.withLock { $0.waiting.count } }
+
+    func append(_ payloads: [[UInt8]], to stream: String, expecting expectedVersion: UInt64) async throws -> UInt64 {
+        await withCheckedContinuation { continuation in
+            let held = gate.withLock { gate in
+                if gate.held { gate.waiting.append(continuation) }
+                return gate.held
+            }
+            if !held { continuation.resume() }
+        }
+        appends.withLock { $0 += 1 }
+        return try await inner.append(payloads, to: stream, expecting: expectedVersion)
+    }
+
+    func read(_ stream: String, after version: UInt64, limit: Int) async throws -> [StoredEvent] {
+        try await inner.read(stream, after: version, limit: limit)
+    }
+
+    func version(of stream: String) async throws -> UInt64 { try await inner.version(of: stream) }
+    func save(_ snapshot: Snapshot) async throws { try await inner.save(snapshot) }
+    func latestSnapshot(of stream: String) async throws -> Snapshot? { try await inner.latestSnapshot(of: stream) }
+}
+
+@Suite struct DurableRequestTests {
+    let update = Account.program.durableUpdate(snapshotEvery: nil)
+
+    func running() -> Account.Durable {
+        var durable = Account.Durable(stream: "a", initial: .init(), keysKept: 3)
+        _ = update(&durable, .recovered(.init(), version: 0, snapshot: 0))
+        return durable
+    }
+
+    static func bytes(_ outcome: Account.Outcome) -> [UInt8] {
+        (try? BinaryCodec<Account.Outcome>().encode(outcome)) ?? []
+    }
+
+    // MARK: The durable update, as values
+
+    @Test func aReplyIsReleasedOnlyOnceItsEventIsRecorded() {
+        var durable = running()
+        let replyTo = ReplyTo<Account.Outcome>(id: 7)
+        let deposit = Account.Event.deposit(5, replyTo: replyTo)
+        #expect(
+            update(&durable, .call(DurableCall(event: deposit, reply: 7, ticket: 1)))
+                == [.append(stream: "a", events: [deposit], expecting: 0, snapshot: nil)]
+        )
+        #expect(durable.state.balance == 5)
+        let answer = Account.Effect.answer(replyTo.reply(.done(balance: 5)))
+        #expect(
+            update(&durable, .recorded(upTo: 1))
+                == [
+                    .reply(
+                        answer,
+                        stream: "a",
+                        delivery: ReplyDelivery(reply: 7, value: Account.Outcome.done(balance: 5))
+                    )
+                ]
+        )
+    }
+
+    @Test func aReplyWhoseEventIsNeverRecordedIsDroppedAndCounted() {
+        var durable = running()
+        _ = update(&durable, .call(DurableCall(event: .deposit(5, replyTo: ReplyTo(id: 7)), reply: 7, ticket: 1)))
+        #expect(
+            update(&durable, .failed("disk full")) == [.fail(stream: "a", tickets: [], reason: "disk full"), .stop]
+        )
+        #expect(durable.droppedReplies == 1)
+    }
+
+    @Test func aRepeatedKeyIsAnsweredFromTheRecordAndNotApplied() {
+        var durable = running()
+        let replyTo = ReplyTo<Account.Outcome>(id: 99)
+        let deposit = Account.Event.deposit(5, replyTo: replyTo)
+        let call = DurableCall(event: deposit, key: "k1", fingerprint: 11, reply: 99, ticket: 1)
+        let answer = RecordedAnswer(reply: 99, version: 1, payload: .success(Self.bytes(.done(balance: 5))))
+        let entry = KeyWindow.Entry(key: "k1", version: 1, fingerprint: 11, reply: 99)
+        // The key and the answer are recorded with the event that decided it.
+        #expect(
+            update(&durable, .call(call)) == [
+                .append(
+                    stream: "a",
+                    events: [deposit],
+                    expecting: 0,
+                    snapshot: nil,
+                    notes: [0: EventNote(key: entry, answers: [answer])]
+                )
+            ]
+        )
+        // A repeat before the event is recorded waits for the first answer, on the same address.
+        #expect(update(&durable, .call(call)).isEmpty)
+        _ = update(&durable, .recorded(upTo: 1))
+        // After, it gets the recorded answer; nothing is applied again.
+        #expect(
+            update(&durable, .call(call)) == [
+                .answer(
+                    stream: "a",
+                    delivery: ReplyDelivery(reply: 99, recorded: answer.payload, decode: { _ in .success(0) })
+                )
+            ]
+        )
+        #expect(durable.state.balance == 5 && durable.version == 1 && durable.repeated == 2)
+        // The same key with another event is refused.
+        var other = call
+        other.fingerprint = 12
+        #expect(
+            update(&durable, .call(other)) == [.refuse(stream: "a", ticket: 1, reply: 99, reason: .keyReused("k1"))]
+        )
+    }
+
+    @Test func aRepeatedKeyOfASenderGetsTheFirstVersionOnceDurable() {
+        var durable = running()
+        let call = DurableCall(event: Account.Event.note(1), key: "n", fingerprint: 3, ticket: 1)
+        _ = update(&durable, .call(call))
+        var again = call
+        again.ticket = 2
+        #expect(update(&durable, .call(again)).isEmpty)
+        #expect(
+            update(&durable, .recorded(upTo: 1)) == [
+                .acknowledge([.init(ticket: 1, version: 1), .init(ticket: 2, version: 1)])
+            ]
+        )
+        again.ticket = 3
+        #expect(update(&durable, .call(again)) == [.acknowledge([.init(ticket: 3, version: 1)])])
+        #expect(durable.state.notes == [1])
+    }
+
+    @Test func aSecondReplyToAnsweredRequestIsIgnoredAndCounted() {
+        var durable = running()
+        let replyTo = ReplyTo<Account.Outcome>(id: 5)
+        let call = DurableCall(event: Account.Event.answerTwice(replyTo: replyTo), key: "t", fingerprint: 1, reply: 5)
+        _ = update(&durable, .call(call))
+        #expect(
+            update(&durable, .recorded(upTo: 1)) == [
+                .reply(
+                    .answer(replyTo.reply(.done(balance: 1))),
+                    stream: "a",
+                    delivery: ReplyDelivery(reply: 5, value: 0)
+                )
+            ]
+        )
+        #expect(durable.duplicateReplies == 1)
+    }
+
+    @Test func theWindowKeepsTheNewestKeysAndSnapshotsCarryIt() {
+        var durable = running()
+        for index in 1...5 {
+            _ = update(&durable, .call(DurableCall(event: .note(index), key: "k\(index)", fingerprint: UInt64(index))))
+            _ = update(&durable, .recorded(upTo: UInt64(index)))
+        }
+        #expect(durable.keys.all.map(\.key) == ["k3", "k4", "k5"])
+        // The oldest key is forgotten: a repeat of it is a new event.
+        _ = update(&durable, .call(DurableCall(event: .note(1), key: "k1", fingerprint: 1)))
+        #expect(durable.state.notes == [1, 2, 3, 4, 5, 1])
+        let snapshotting = Account.program.durableUpdate(snapshotEvery: 1)
+        var other = running()
+        let effects = snapshotting(&other, .call(DurableCall(event: .note(9), key: "s", fingerprint: 9)))
+        #expect(
+            effects == [
+                .append(
+                    stream: "a",
+                    events: [.note(9)],
+                    expecting: 0,
+                    snapshot: other.state,
+                    notes: [0: EventNote(key: .init(key: "s", version: 1, fingerprint: 9, reply: 0))],
+                    keys: other.keys
+                )
+            ]
+        )
+    }
+
+    @Test func aReadWaitsForEveryEventBeforeItAndSeesOnlyRecordedOnes() {
+        var durable = running()
+        _ = update(&durable, .event(.note(1), ticket: nil))
+        // The first append is under way; a read now waits for it, and the state it made.
+        #expect(update(&durable, .read(ticket: 4)).isEmpty)
+        _ = update(&durable, .event(.note(2), ticket: nil))
+        let released = update(&durable, .recorded(upTo: 1))
+        #expect(released.contains(.read(tickets: [4], state: Account.State(notes: [1]))))
+        // A read while nothing is on its way is answered at once.
+        _ = update(&durable, .recorded(upTo: 2))
+        #expect(update(&durable, .read(ticket: 5)) == [.read(tickets: [5], state: Account.State(notes: [1, 2]))])
+    }
+
+    @Test func aReadWhileRecoveringSeesTheCallsHeldBeforeIt() {
+        var durable = Account.Durable(stream: "a", initial: .init())
+        _ = update(&durable, .read(ticket: 1))
+        _ = update(&durable, .event(.note(1), ticket: nil))
+        _ = update(&durable, .read(ticket: 2))
+        _ = update(&durable, .event(.note(2), ticket: nil))
+        let effects = update(&durable, .recovered(Account.State(balance: 3), version: 4, snapshot: 0))
+        // The first asked before any held event: the recovered state, at once.
+        #expect(effects.contains(.read(tickets: [1], state: Account.State(balance: 3))))
+        #expect(effects.count == 2)
+        // The second waits for the event held before it to be recorded (and sees the batch it went in).
+        #expect(
+            update(&durable, .recorded(upTo: 6)) == [
+                .read(tickets: [2], state: Account.State(balance: 3, notes: [1, 2]))
+            ]
+        )
+    }
+
+    @Test func aRequestToAProgramWithoutRepliesIsRefused() {
+        let plain = DurableProgram(initial: Account.State(), update: Update(Account.update)).durableUpdate(
+            snapshotEvery: nil
+        )
+        var durable = Account.Durable(stream: "a", initial: .init())
+        _ = plain(&durable, .recovered(.init(), version: 0, snapshot: 0))
+        #expect(
+            plain(&durable, .call(DurableCall(event: .note(1), reply: 3, ticket: 8)))
+                == [.refuse(stream: "a", ticket: 8, reply: 3, reason: .noReplies)]
+        )
+    }
+
+    // MARK: Running
+
+    @Test func aRequestIsAnsweredOnlyOnceItsEventIsDurable() async throws {
+        let store = GatedStore()
+        let accounts = Account.Group(program: Account.program, effects: Account.router, store: store)
+        let running = Task { try await accounts.run() }
+        #expect(try await accounts.request(to: "a") { .deposit(1, replyTo: $0) } == .done(balance: 1))
+        store.hold()
+        let answered = Locked(false)
+        let request = Task {
+            defer { answered.withLock { $0 = true } }
+            return try await accounts.request(to: "a") { .deposit(5, replyTo: $0) }
+        }
+        await eventually("the append waits") { store.waitingAppends == 1 }
+        // Applied (the live state shows it) but not durable: no answer yet, and no durable read either.
+        #expect(accounts.state(of: "a")?.balance == 6)
+        let read = Task { try await accounts.durableState(of: "a") }
+        for _ in 0..<1_000 { await Task.yield() }
+        #expect(!answered.withLock { $0 })
+        store.release()
+        #expect(try await request.value == .done(balance: 6))
+        #expect(try await store.version(of: "a") == 2)
+        #expect(try await read.value.balance == 6)
+        accounts.stop()
+        _ = try await running.value
+    }
+
+    @Test func repliesFollowTheirRequestsThroughLaterEventsAndRefusals() async throws {
+        let store = InMemoryEventStore()
+        let accounts = Account.Group(program: Account.program, effects: Account.router, store: store)
+        let running = Task { try await accounts.run() }
+        #expect(try await accounts.request(to: "a") { .withdraw(3, replyTo: $0) } == .insufficient(balance: 0))
+        _ = try await accounts.request(to: "a") { .deposit(10, replyTo: $0) }
+        // Answered by the event the audit's handler sends back, not by the request's own.
+        #expect(try await accounts.request(to: "a") { .audit(replyTo: $0) } == .done(balance: 10))
+        // A reply the update returns twice reaches the caller once; the second is counted as dropped.
+        #expect(try await accounts.request(to: "a") { .answerTwice(replyTo: $0) } == .done(balance: 1))
+        await eventually("the second reply is counted") { accounts.droppedReplies == 1 }
+        accounts.stop()
+        _ = try await running.value
+    }
+
+    @Test func concurrentRepeatsOfAKeyApplyOnceAndGetOneAnswer() async throws {
+        let store = InMemoryEventStore()
+        let accounts = Account.Group(program: Account.program, effects: Account.router, store: store)
+        let running = Task { try await accounts.run() }
+        let answers = try await withThrowingTaskGroup(of: Account.Outcome.self) { group in
+            for _ in 0..<8 {
+                group.addTask { try await accounts.request(to: "a", key: "pay-1") { .deposit(5, replyTo: $0) } }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(answers == Array(repeating: .done(balance: 5), count: 8))
+        #expect(try await accounts.durableState(of: "a").balance == 5)
+        #expect(try await store.version(of: "a") == 1)
+        accounts.stop()
+        _ = try await running.value
+    }
+
+    @Test func aRepeatAfterARestartGetsTheRecordedAnswer() async throws {
+        let store = InMemoryEventStore()
+        let first = Account.Group(program: Account.program, effects: Account.router, store: store, snapshotEvery: 2)
+        let running = Task { try await first.run() }
+        #expect(try await first.request(to: "a", key: "d1") { .deposit(5, replyTo: $0) } == .done(balance: 5))
+        #expect(try await first.sendDurably(.note(1), to: "a", key: "n1") == 2)
+        #expect(try await first.request(to: "a", key: "w1") { .withdraw(2, replyTo: $0) } == .done(balance: 3))
+        first.stop()
+        _ = try await running.value
+
+        // A new process: from the snapshot (keys d1 and n1) and the event after it (key w1).
+        let second = Account.Group(program: Account.program, effects: Account.router, store: store, snapshotEvery: 2)
+        let again = Task { try await second.run() }
+        #expect(try await second.request(to: "a", key: "d1") { .deposit(5, replyTo: $0) } == .done(balance: 5))
+        #expect(try await second.request(to: "a", key: "w1") { .withdraw(2, replyTo: $0) } == .done(balance: 3))
+        #expect(try await second.sendDurably(.note(1), to: "a", key: "n1") == 2)
+        await #expect(throws: RequestError.keyReused("d1")) {
+            try await second.request(to: "a", key: "d1") { .deposit(6, replyTo: $0) }
+        }
+        await #expect(throws: DurableLoopError.keyReused("n1")) {
+            try await second.sendDurably(.note(2), to: "a", key: "n1")
+        }
+        #expect(try await second.durableState(of: "a") == Account.State(balance: 3, notes: [1]))
+        #expect(try await store.version(of: "a") == 3)
+        second.stop()
+        _ = try await again.value
+    }
+
+    @Test func badKeysAndBrokenStreamsAreClearErrors() async throws {
+        let store = InMemoryEventStore()
+        _ = try await store.append([[0xFF, 0x45, 0x4C, 9]], to: "broken", expecting: 0)
+        let accounts = Account.Group(program: Account.program, effects: Account.router, store: store)
+        let running = Task { try await accounts.run() }
+        let long = String(repeating: "k", count: 10_000)
+        await #expect(throws: RequestError.invalid("a key of 10000 bytes, past the limit of 1024")) {
+            try await accounts.request(to: "a", key: long) { .deposit(1, replyTo: $0) }
+        }
+        #expect(accounts.send(.note(1), to: "a", key: long) == .rejected(.invalid))
+        await #expect(throws: DurableLoopError.invalid("an empty key")) {
+            try await accounts.sendDurably(.note(1), to: "a", key: "")
+        }
+        // A stream whose events no longer decode: the request fails naming the stream and version.
+        do {
+            _ = try await accounts.request(to: "broken", key: "x") { .deposit(1, replyTo: $0) }
+            Issue.record("a broken stream answered")
+        } catch {
+            guard case .storeFailed(let reason) = error else { throw error }
+            #expect(reason.contains("stream 'broken': the event at version 1 does not decode"))
+        }
+        await #expect(throws: RequestError.self) {
+            try await accounts.request(to: "broken") { .deposit(1, replyTo: $0) }
+        }
+        #expect(try await accounts.request(to: "a") { .deposit(1, replyTo: $0) } == .done(balance: 1))
+        accounts.stop()
+        _ = try await running.value
+    }
+
+    @Test func aRequestWhoseStoreFailsGetsTheStoresError() async throws {
+        let store = CountingStore()
+        let accounts = Account.Group(program: Account.program, effects: Account.router, store: store)
+        let running = Task { try await accounts.run() }
+        #expect(try await accounts.request(to: "a") { .deposit(1, replyTo: $0) } == .done(balance: 1))
+        store.failAppends.withLock { $0 = true }
+        do {
+            _ = try await accounts.request(to: "a", key: "k") { .deposit(1, replyTo: $0) }
+            Issue.record("answered without a store")
+        } catch {
+            guard case .storeFailed(let reason) = error else { throw error }
+            #expect(reason.contains("write to disk"))
+        }
+        accounts.stop()
+        _ = try await running.value
+    }
+
+    @Test func timeoutsStopsAndCancellationsEndEveryWait() async throws {
+        let clock = ManualClock()
+        let accounts = Account.Group(
+            program: Account.program,
+            effects: Account.router,
+            store: InMemoryEventStore(),
+            clock: clock
+        )
+        let running = Task { try await accounts.run() }
+        let timed = Task { try await accounts.request(to: "a", timeout: .seconds(2)) { .ignore(replyTo: $0) } }
+        await clock.sleepers(atLeast: 1)
+        clock.advance(by: .seconds(2))
+        await #expect(throws: RequestError.timedOut(after: .seconds(2))) { try await timed.value }
+        let cancelled = Task { try await accounts.request(to: "a", key: "c") { .ignore(replyTo: $0) } }
+        await eventually("the request is applied") { accounts.state(of: "a") != nil }
+        cancelled.cancel()
+        await #expect(throws: RequestError.cancelled) { try await cancelled.value }
+        let stopped = Task { try await accounts.request(to: "b") { .ignore(replyTo: $0) } }
+        await eventually("the request is applied") { accounts.state(of: "b") != nil }
+        accounts.stop()
+        await #expect(throws: RequestError.loopStopped) { try await stopped.value }
+        _ = try await running.value
+        await #expect(throws: RequestError.rejected(.stopped)) {
+            try await accounts.request(to: "a") { .deposit(1, replyTo: $0) }
+        }
+    }
+
+    @Test func oneHundredThousandKeysKeepTheWindowBounded() async throws {
+        let store = InMemoryEventStore()
+        let accounts = Account.Group(program: Account.program, effects: Account.router, store: store, keysKept: 1_000)
+        let running = Task { try await accounts.run() }
+        for index in 0..<100_000 { accounts.send(.note(index), to: "a", key: "key-\(index)") }
+        #expect(try await accounts.durableState(of: "a").notes.count == 100_000)
+        #expect(accounts.core.state(of: "a")?.keys.count == 1_000)
+        #expect(accounts.core.state(of: "a")?.keys.all.first?.key == "key-99000")
+        // Within the window a repeat is not applied; past it, it is a new event.
+        accounts.send(.note(-1), to: "a", key: "key-99999")
+        accounts.send(.note(-2), to: "a", key: "key-0")
+        #expect(try await accounts.durableState(of: "a").notes.suffix(2) == [99_999, -2])
+        accounts.stop()
+        _ = try await running.value
+    }
+
+    @Test func durableStateRecoversAnEntityAndNeverShowsTheInitialState() async throws {
+        let store = InMemoryEventStore()
+        let first = Account.Group(program: Account.program, effects: Account.router, store: store)
+        let running = Task { try await first.run() }
+        _ = try await first.request(to: "a") { .deposit(5, replyTo: $0) }
+        first.stop()
+        _ = try await running.value
+        let second = Account.Group(program: Account.program, effects: Account.router, store: store)
+        let again = Task { try await second.run() }
+        #expect(try await second.durableState(of: "a").balance == 5)
+        #expect(try await second.durableState(of: "new") == Account.State())
+        second.stop()
+        _ = try await again.value
+    }
+
+    @Test func eachEntityRunsItsOwnProgramAndTheObserverSeesItsActivity() async throws {
+        let observer = RecordingGroupObserver<String, Account.Event, Account.Effect>()
+        let accounts = Account.Group(
+            program: { id in
+                DurableProgram(initial: Account.State(balance: id == "rich" ? 100 : 0), update: Update(Account.update))
+                    .replying { if case .answer(let reply) = $0 { reply } else { nil } }
+            },
+            effects: Account.router,
+            store: InMemoryEventStore(),
+            observer: observer
+        )
+        let running = Task { try await accounts.run() }
+        #expect(try await accounts.request(to: "rich") { .withdraw(50, replyTo: $0) } == .done(balance: 50))
+        #expect(try await accounts.request(to: "poor") { .withdraw(50, replyTo: $0) } == .insufficient(balance: 0))
+        accounts.stop()
+        _ = try await running.value
+        let processed = observer.processed
+        #expect(processed.map(\.entity) == ["rich", "poor"])
+        #expect(processed.allSatisfy { if case .withdraw = $0.event { true } else { false } })
+    }
+}
+
+/// Records what a durable group's observer is shown.
+final class RecordingGroupObserver<ID: Hashable & Sendable, Event: Sendable, Effect: Sendable>: LoopGroupObserver {
+    let seen = Locked<[(activity: LoopActivity<Event, Effect>, entity: ID?)]>([])
+
+    func observe(_ activity: LoopActivity<Event, Effect>, of entity: ID?) {
+        seen.withLock { $0.append((activity, entity)) }
+    }
+
+    /// The events processed, with their entity.
+    var processed: [(event: Event, entity: ID?)] {
+        seen.withLock { seen in
+            seen.compactMap { activity, entity in
+                if case .eventProcessed(let event, _, _, _, _) = activity { (event, entity) } else { nil }
+            }
+        }
+    }
+}
