@@ -463,6 +463,45 @@ final class GatedStore: EventStore {
         }
     }
 
+    @Test func deadlinesOfManyRequestsExpireInOrderOnOneTimer() async throws {
+        let clock = ManualClock()
+        let accounts = Account.Group(
+            program: Account.program,
+            effects: Account.router,
+            store: InMemoryEventStore(),
+            clock: clock
+        )
+        let running = Task { try await accounts.run() }
+        let expired = Locked<[Int]>([])
+        var waits: [Task<Void, Never>] = []
+        for seconds in [3, 1, 2] {
+            waits.append(
+                Task {
+                    do {
+                        _ = try await accounts.request(to: "a", timeout: .seconds(seconds)) { .ignore(replyTo: $0) }
+                    } catch {
+                        if error as? RequestError == .timedOut(after: .seconds(seconds)) {
+                            expired.withLock { $0.append(seconds) }
+                        }
+                    }
+                }
+            )
+        }
+        // Answered before its deadline: never timed out, and its deadline wakes nobody.
+        let answered = Task { try await accounts.request(to: "a", timeout: .seconds(1)) { .deposit(1, replyTo: $0) } }
+        #expect(try await answered.value == .done(balance: 1))
+        // Each request's deadline is set before its event is sent: once all four are applied, all are set.
+        await eventually("every request is applied") { accounts.core.state(of: "a")?.version == 4 }
+        for expected in [[1], [1, 2], [1, 2, 3]] {
+            await clock.sleepers(atLeast: 1)
+            clock.advance(by: .seconds(1))
+            await eventually("\(expected) expired") { expired.withLock { $0 } == expected }
+        }
+        for wait in waits { await wait.value }
+        accounts.stop()
+        _ = try await running.value
+    }
+
     @Test func oneHundredThousandKeysKeepTheWindowBounded() async throws {
         let store = InMemoryEventStore()
         let accounts = Account.Group(program: Account.program, effects: Account.router, store: store, keysKept: 1_000)

@@ -45,7 +45,6 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     @usableFromInline let storage: DurableStorage<State, Event, Effect>
     @usableFromInline let callers: Callers<State>
     @usableFromInline let failures: Failures
-    @usableFromInline let clock: any Clock<Duration>
 
     /// Creates a durable loop keeping its events in `stream` of `store`.
     ///
@@ -78,11 +77,10 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         observer: (any LoopObserver<Event, Effect>)? = nil,
         clock: any Clock<Duration> = ContinuousClock()
     ) {
-        let callers = Callers<State>()
+        let callers = Callers<State>(clock: clock)
         let failures = Failures()
         self.failures = failures
         self.stream = stream
-        self.clock = clock
         let storage = DurableStorage(store: store, events: events, states: states, keysKept: keysKept) { _ in program }
         self.storage = storage
         self.callers = callers
@@ -180,7 +178,6 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
             stream: stream,
             key: key,
             timeout: timeout,
-            clock: clock,
             make: make,
             fingerprint: storage.fingerprint(of:),
             deliver: { deliver(.call($0)) },

@@ -96,7 +96,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         observer: (any LoopGroupObserver<ID, Event, Effect>)? = nil,
         clock: any Clock<Duration> = ContinuousClock()
     ) {
-        let callers = Callers<State>()
+        let callers = Callers<State>(clock: clock)
         let failures = Failures()
         self.failures = failures
         let recovered = Count()
@@ -231,7 +231,6 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
             stream: streamOf(id),
             key: key,
             timeout: timeout,
-            clock: clock,
             make: make,
             fingerprint: storage.fingerprint(of:),
             deliver: { deliver(.call($0), to: id) },

@@ -108,7 +108,10 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         at version: UInt64
     ) async -> DurableInput<State, Event>? {
         do {
-            let payload = RecordEnvelope.snapshot(try states.encode(state), keys: keys)
+            // Encoded where it takes no processor from events (see IdleWork), after they are acknowledged.
+            let states = self.states
+            let encoded = await IdleWork.shared.run { Result { try states.encode(state) } }
+            let payload = RecordEnvelope.snapshot(try encoded.get(), keys: keys)
             try await store.save(Snapshot(stream: stream, version: version, payload: payload))
             return nil
         } catch {
@@ -333,10 +336,13 @@ final class Tickets<Value: Sendable>: Sendable {
 final class Callers<State: Sendable>: Sendable {
     @usableFromInline let senders = Tickets<UInt64>()
     @usableFromInline let readers = Tickets<State>()
-    @usableFromInline let requests = Requesters()
+    @usableFromInline let requests: Requesters
 
+    /// Callers whose requests' deadlines are measured on `clock`.
     @usableFromInline
-    init() {}
+    init(clock: any Clock<Duration>) {
+        requests = Requesters(clock: clock)
+    }
 
     @usableFromInline
     func refuse(_ ticket: UInt64?, reply: UInt64?, in stream: String, _ reason: CallRefusal) {

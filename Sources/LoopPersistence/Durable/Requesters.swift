@@ -23,9 +23,13 @@ final class Requesters: Sendable {
     private let waiting = Locked<[Address: [UInt64: any AnswerWaiter]]>([:])
     /// Replies that found nobody waiting: the caller gave up or was answered already, or none asked.
     @usableFromInline let dropped = Atomic<Int>(0)
+    /// The requests' deadlines.
+    @usableFromInline let timer: RequestTimer
 
     @usableFromInline
-    init() {}
+    init(clock: any Clock<Duration>) {
+        timer = RequestTimer(clock: clock)
+    }
 
     @usableFromInline
     func register(_ waiter: any AnswerWaiter, ticket: UInt64, reply: UInt64, in stream: String) {
@@ -68,6 +72,7 @@ final class Requesters: Sendable {
 
     @usableFromInline
     func failAll(with error: RequestError) {
+        timer.stop()
         let waiters = waiting.withLock { waiting in
             defer { waiting = [:] }
             return waiting.values.flatMap { $0.values }
@@ -83,7 +88,6 @@ final class Requesters: Sendable {
         stream: String,
         key: String?,
         timeout: Duration?,
-        clock: any Clock<Duration>,
         make: (ReplyTo<Value>) -> Event,
         fingerprint: (Event) throws -> UInt64,
         deliver: (DurableCall<Event>) -> Delivery,
@@ -102,13 +106,8 @@ final class Requesters: Sendable {
         let waiter = TypedAnswerWaiter<Value>()
         register(waiter, ticket: ticket, reply: reply, in: stream)
         defer { remove(ticket: ticket, reply: reply, in: stream) }
-        let timer = timeout.map { timeout in
-            Task {
-                do { try await clock.sleep(for: timeout) } catch { return }
-                waiter.waiter.fail(.timedOut(after: timeout))
-            }
-        }
-        defer { timer?.cancel() }
+        let deadline = timeout.map { timer.add(waiter, timeout: $0) }
+        defer { if let deadline { timer.remove(deadline) } }
         let call = DurableCall(event: event, key: key, fingerprint: digest, reply: reply, ticket: ticket)
         let result = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<Value, RequestError>, Never>) in
