@@ -72,7 +72,10 @@ let package = Package(
         ),
         .testTarget(
             name: "LoopPersistenceTests",
-            dependencies: ["LoopCore", "EffectHandlers", "LoopPersistence", "LoopRuntime", "LoopTesting"]
+            dependencies: [
+                "LoopCore", "EffectHandlers", "EventSources", "LoopPersistence", "LoopRuntime", "LoopTesting",
+                "loop-bench",
+            ]
         ),
         .testTarget(
             name: "LoopRuntimeTests",

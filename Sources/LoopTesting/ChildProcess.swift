@@ -4,7 +4,7 @@ internal import Glibc
 internal import Musl
 #endif
 
-/// Starts a child process for tests, benchmarks and demos: standard input from `/dev/null`, standard
+/// Starts a child process for tests, benchmarks and demos: standard input from `/dev/null` (or a pipe), standard
 /// output and error to a file (or `/dev/null`, or this process's own), and no other descriptor of this
 /// process. A child (a server, a watchdog) that inherited the write end of some pipe of this process
 /// would keep that pipe's reader from ever seeing its end.
@@ -23,16 +23,23 @@ package enum ChildProcess {
 
     /// Starts `executable` with `arguments` (the first is the program's name, as `argv[0]`); its pid, or
     /// `nil` if it could not start (`errno`-style code in `failure`).
+    ///
+    /// `input`, when given, is a descriptor of this process the child reads as its standard input.
     package static func spawn(
         _ executable: String,
         _ arguments: [String],
+        input: Int32? = nil,
         output: Output,
         failure: inout Int32
     ) -> Int32? {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        if let input {
+            posix_spawn_file_actions_adddup2(&actions, input, 0)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        }
         switch output {
         case .inherited:
             break

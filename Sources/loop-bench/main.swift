@@ -9,6 +9,8 @@ let arguments = Array(CommandLine.arguments.dropFirst())
 // The cluster's processes, for w11 and the end-to-end test, are this executable too.
 if arguments.first == "cluster-node" { exit(await runClusterNode(arguments)) }
 if arguments.first == "cluster-send" { exit(await runClusterSend(arguments)) }
+// The durable fault test's process.
+if arguments.first == "durable-node" { exit(await runDurableNode(arguments)) }
 let json = arguments.contains("--json")
 let sizes = arguments.contains("--quick") ? Sizes.quick : Sizes.full
 let only = arguments.firstIndex(of: "--only").flatMap { arguments.indices.contains($0 + 1) ? arguments[$0 + 1] : nil }

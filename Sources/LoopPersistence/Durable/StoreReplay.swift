@@ -39,7 +39,8 @@ public enum StoreReplay {
             guard let snapshot, snapshot.version == outcome.events else { return }
             let saved: State
             do {
-                saved = try states.decode(snapshot.payload)
+                // What a durable loop keeps beside the state (its callers' keys) is not the program's.
+                saved = try states.decode(try RecordEnvelope.snapshot(snapshot.payload, capacity: 1).state)
             } catch {
                 throw Failure(
                     description:
@@ -58,7 +59,7 @@ public enum StoreReplay {
         for try await stored in store.events(of: stream) {
             let event: Event
             do {
-                event = try events.decode(stored.payload)
+                event = try events.decode(try RecordEnvelope.event(stored.payload).event)
             } catch {
                 throw Failure(
                     description: "stream '\(stream)': the event at version \(stored.version) does not decode: \(error)"
