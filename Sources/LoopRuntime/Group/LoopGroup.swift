@@ -160,6 +160,18 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         members.withLock { $0.loops[id] }?.states
     }
 
+    /// Returns once every loop of the group has settled (see ``Loop/whenSettled()``), all at the same
+    /// time: an effect of one loop that sends to another is followed there too. For tests.
+    public func whenSettled() async {
+        while !Task.isCancelled {
+            let loops = members.withLock { $0.all }
+            for loop in loops { await loop.whenSettled() }
+            // Settled only if nothing moved meanwhile: the same loops, each still settled.
+            let again = members.withLock { $0.all }
+            if again.count == loops.count, again.allSatisfy({ $0.isSettled }) { return }
+        }
+    }
+
     /// How many loops the group holds (removed loops still finishing their effects not included).
     public var count: Int {
         members.withLock { $0.loops.count }

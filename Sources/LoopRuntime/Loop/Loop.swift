@@ -232,6 +232,28 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         }
     }
 
+    /// Whether the loop has settled now (see ``whenSettled()``).
+    package var isSettled: Bool {
+        storage.withLock { engine in
+            !engine.isRunning || (!engine.isDraining && engine.inbox.isEmpty && engine.effects.isEmpty)
+        }
+    }
+
+    /// Returns once the loop has settled: no event is queued or being processed and no effect is under
+    /// way, so every event sent before the call, every effect it caused and every event those sent back
+    /// have been dealt with (at once if that is so now). For tests: `loop.send(.tick)`, then
+    /// `await loop.whenSettled()`, then assert the state. An effect that never ends (a source-like
+    /// handler, one waiting for something the test has not done, or one waiting for a clock that does not
+    /// move) keeps it from returning; a loop that is not running has settled.
+    public func whenSettled() async {
+        while !Task.isCancelled {
+            await whenIdle()
+            if isSettled { return }
+            // An effect is under way; its end is not signalled to waiters, so look again shortly.
+            try? await Task.sleep(for: .microseconds(200))
+        }
+    }
+
     /// How many asynchronous effects are let in, not asked to cancel, and not ended: those a recording
     /// handler has, or soon will have. For test harnesses.
     package var liveEffects: Int {

@@ -1,0 +1,61 @@
+import EffectHandlers
+import LoopCore
+import LoopPersistence
+import LoopRuntime
+import LoopTesting
+import Testing
+
+@Suite struct DurableHarnessTests {
+    typealias Accounts = DurableHarness<String, Account.State, Account.Event, Account.Effect>
+
+    @Test func requestsARestartAndMoreRequestsAssertedAsValues() async throws {
+        let accounts = Accounts(program: Account.program, effects: Account.router, snapshotEvery: 2)
+        #expect(try await accounts.request(to: "a", key: "d1") { .deposit(5, replyTo: $0) } == .done(balance: 5))
+        #expect(try await accounts.request(to: "a") { .audit(replyTo: $0) } == .done(balance: 5))
+        await accounts.settle()
+        #expect(accounts.takeEffects().map(\.effect) == [.runAudit])
+        try await accounts.restart()
+        // After the restart: the recorded answer for the key, the recorded state, nothing applied twice.
+        #expect(try await accounts.request(to: "a", key: "d1") { .deposit(5, replyTo: $0) } == .done(balance: 5))
+        #expect(try await accounts.state(of: "a") == Account.State(balance: 5))
+        #expect(
+            try await accounts.request(to: "a", key: "w1") { .withdraw(7, replyTo: $0) } == .insufficient(balance: 5)
+        )
+        #expect(try await accounts.store.version(of: "a") == 4)
+        try await accounts.finish()
+    }
+
+    @Test func aPlainLoopSettlesOnceItsEffectsAndWhatTheySentAreDone() async throws {
+        let gate = Locked<CheckedContinuation<Void, Never>?>(nil)
+        let loop = Loop(
+            program: Program(
+                first: First(state: [Int]()),
+                update: Update { (numbers: inout [Int], number: Int) in
+                    numbers.append(number)
+                    return number < 3 ? [number + 1] : []
+                }
+            ),
+            effects: EffectRouter<Int, Int>().route(
+                { $0 },
+                to: ClosureEffectHandler { number, send in
+                    // The first effect waits until the test opens the gate.
+                    if number == 1 {
+                        await withCheckedContinuation { continuation in gate.withLock { $0 = continuation } }
+                    }
+                    send(number)
+                }
+            )
+        )
+        let running = Task { try await loop.run() }
+        _ = await loop.waitUntilRunning()
+        loop.send(0)
+        let settled = Task { await loop.whenSettled() }
+        await eventually("the first effect waits") { gate.withLock { $0 != nil } }
+        #expect(loop.state == [0])
+        gate.withLock { $0 }?.resume()
+        await settled.value
+        #expect(loop.state == [0, 1, 2, 3])
+        loop.stop()
+        _ = try await running.value
+    }
+}
