@@ -22,7 +22,7 @@ public import LoopRuntime
 /// Effects go to the router given (fakes of the program's services, or real ones); those the program
 /// starts, replies aside, are recorded with their entity and read with ``effects`` or
 /// ``takeEffects()``. ``settle()`` waits until every entity has dealt with what it was sent and every
-/// effect has ended. ``finish()`` stops the group and fails the test for effects never looked at.
+/// effect has ended. ``finish(fileID:filePath:line:column:)`` stops the group and fails the test for effects never looked at.
 public final class DurableHarness<
     ID: Hashable & Sendable,
     State: Equatable & Sendable,

@@ -28,7 +28,7 @@ public import Synchronization
 ///   events are not performed again; the program's ``DurableProgram/resume`` says what work to resume.
 /// - **Snapshots** every `snapshotEvery` events, so recovery reads only what happened since.
 /// - **Inbox.** Unbounded: the store's replies go through the same inbox as events, and must always get
-///   in. Apply backpressure with ``sendDurably(_:)``, which returns once the event is on disk.
+///   in. Apply backpressure with ``sendDurably(_:key:)``, which returns once the event is on disk.
 /// - **Failure.** If the store fails (or an event on disk no longer decodes), the loop stops: it
 ///   performs no effect of an unrecorded event, refuses what is sent afterwards, and ``run()`` throws
 ///   ``DurableLoopError/storeFailed(_:)`` naming the stream and version.

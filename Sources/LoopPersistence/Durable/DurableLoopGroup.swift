@@ -24,7 +24,7 @@ public import Synchronization
 /// while the others go on. Passivation releases an entity only when it is quiet (nothing on its way
 /// to the store, no effect under way, nothing queued), checked in one step with its removal, so a
 /// passivated entity loses nothing; its next event recovers it. Each entity's inbox is unbounded (the
-/// store's replies must always get in); apply backpressure with ``sendDurably(_:to:)``.
+/// store's replies must always get in); apply backpressure with ``sendDurably(_:to:key:)``.
 public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Sendable, Effect: Sendable>:
     Sendable
 {
@@ -50,7 +50,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         ID, DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>
     >
 
-    /// The underlying group, for its report; send through ``send(_:to:)`` and ``sendDurably(_:to:)``.
+    /// The underlying group, for its report; send through ``send(_:to:key:)`` and ``sendDurably(_:to:key:)``.
     public let core: Core
     @usableFromInline let callers: Callers<State>
     @usableFromInline let storage: DurableStorage<State, Event, Effect>

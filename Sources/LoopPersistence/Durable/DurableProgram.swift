@@ -79,7 +79,7 @@ public enum DurableInput<State, Event> {
     case event(Event, ticket: UInt64?)
     /// An event from a caller that gave a key, or asks for a reply: a key already recorded is not applied
     /// again (see ``KeyWindow``).
-    case call(DurableCall<Event>)
+    indirect case call(DurableCall<Event>)
     /// A caller asks for the state as of the last recorded event, once every event applied before the
     /// read is recorded; `ticket` identifies it.
     case read(ticket: UInt64)
@@ -119,11 +119,11 @@ public enum DurableEffect<State, Event, Effect> {
     case acknowledge([Acknowledgement])
     /// A reply the update returned (the program's effect that holds it), for the callers waiting for its
     /// address in `stream`: released, as every effect, once its event is recorded.
-    case reply(Effect, stream: String, delivery: ReplyDelivery)
+    indirect case reply(Effect, stream: String, delivery: ReplyDelivery)
     /// The answer recorded for a key, for a repeat of the key whose request was answered.
-    case answer(stream: String, delivery: ReplyDelivery)
+    indirect case answer(stream: String, delivery: ReplyDelivery)
     /// Refuse a call, for the reason given: nothing of it was applied.
-    case refuse(stream: String, ticket: UInt64?, reply: UInt64?, reason: CallRefusal)
+    indirect case refuse(stream: String, ticket: UInt64?, reply: UInt64?, reason: CallRefusal)
     /// Give the readers with these tickets the state as of the last recorded event.
     case read(tickets: [UInt64], state: State)
     /// The stream failed: tell waiting senders, readers and requesters their events will never be

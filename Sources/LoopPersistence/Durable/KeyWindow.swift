@@ -35,52 +35,94 @@ public struct KeyWindow: Sendable, Equatable {
 
     /// How many keys the window keeps; the oldest go first.
     public let capacity: Int
-    private var entries: [String: Entry] = [:]
-    private var byReply: [UInt64: String] = [:]
-    private var order: [String] = []
-    private var head = 0
+    /// The keys, once there is one: a window costs one word while empty, as most entities' are.
+    private var storage: Storage?
+
+    /// The entries, copied on write.
+    // @unchecked Sendable: a Storage is mutated only through `mutableStorage()`, which copies it unless
+    // this window holds the only reference; so an instance another value (or thread) can see is never
+    // mutated, and sharing it is sharing an immutable value.
+    private final class Storage: @unchecked Sendable {
+        var entries: [String: Entry] = [:]
+        var byReply: [UInt64: String] = [:]
+        var order: [String] = []
+        var head = 0
+
+        init() {}
+
+        init(copying other: Storage) {
+            entries = other.entries
+            byReply = other.byReply
+            order = other.order
+            head = other.head
+        }
+    }
 
     /// An empty window keeping at most `capacity` keys (at least 1).
     public init(capacity: Int) {
         self.capacity = max(1, capacity)
     }
 
+    /// A window of `capacity` holding `entries`, oldest first (the newest `capacity` of them).
+    public init(capacity: Int, entries: [Entry]) {
+        self.init(capacity: capacity)
+        for entry in entries { insert(entry) }
+    }
+
+    private mutating func mutableStorage() -> Storage {
+        guard let current = storage else {
+            let created = Storage()
+            storage = created
+            return created
+        }
+        if isKnownUniquelyReferenced(&storage) { return current }
+        let copy = Storage(copying: current)
+        storage = copy
+        return copy
+    }
+
     /// How many keys it holds.
-    public var count: Int { entries.count }
+    public var count: Int { storage?.entries.count ?? 0 }
 
     /// The entries, oldest first.
-    public var all: [Entry] { order[head...].compactMap { entries[$0] } }
+    public var all: [Entry] {
+        guard let storage else { return [] }
+        return storage.order[storage.head...].compactMap { storage.entries[$0] }
+    }
 
     /// The entry of `key`, if the window has it.
-    public subscript(key: String) -> Entry? { entries[key] }
+    public subscript(key: String) -> Entry? { storage?.entries[key] }
 
     /// The entry whose request has the reply address `reply`, if the window has it.
     public func entry(replying reply: UInt64) -> Entry? {
-        byReply[reply].flatMap { entries[$0] }
+        storage?.byReply[reply].flatMap { storage?.entries[$0] }
     }
 
     /// Adds `entry` (its key must be new), forgetting the oldest keys past the capacity.
     public mutating func insert(_ entry: Entry) {
-        guard entries[entry.key] == nil else { return }
-        entries[entry.key] = entry
-        if entry.reply != 0 { byReply[entry.reply] = entry.key }
-        order.append(entry.key)
-        while entries.count > capacity, head < order.count {
-            let oldest = order[head]
-            head += 1
-            if let gone = entries.removeValue(forKey: oldest), gone.reply != 0 { byReply[gone.reply] = nil }
+        guard self[entry.key] == nil else { return }
+        let storage = mutableStorage()
+        storage.entries[entry.key] = entry
+        if entry.reply != 0 { storage.byReply[entry.reply] = entry.key }
+        storage.order.append(entry.key)
+        while storage.entries.count > capacity, storage.head < storage.order.count {
+            let oldest = storage.order[storage.head]
+            storage.head += 1
+            if let gone = storage.entries.removeValue(forKey: oldest), gone.reply != 0 {
+                storage.byReply[gone.reply] = nil
+            }
         }
-        if head > 64 && head * 2 > order.count {
-            order.removeFirst(head)
-            head = 0
+        if storage.head > 64 && storage.head * 2 > storage.order.count {
+            storage.order.removeFirst(storage.head)
+            storage.head = 0
         }
     }
 
     /// Records the answer to the request with the reply address `reply`; `false` if the window has no
     /// such request or it has its answer already.
     public mutating func answer(_ reply: UInt64, with answer: RecordedAnswer) -> Bool {
-        guard let key = byReply[reply], entries[key]?.answer == nil else { return false }
-        entries[key]?.answer = answer
+        guard let key = storage?.byReply[reply], storage?.entries[key]?.answer == nil else { return false }
+        mutableStorage().entries[key]?.answer = answer
         return true
     }
 

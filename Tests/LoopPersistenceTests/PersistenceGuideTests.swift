@@ -1,0 +1,78 @@
+import EffectHandlers
+import LoopCore
+import LoopPersistence
+import LoopRuntime
+import LoopTesting
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The first example of Docs/Persistence.md, as it is there, so the guide stays true.
+enum Guide {
+    enum Account {
+        enum Outcome: Codable, Hashable, Sendable { case done(balance: Int), insufficient(balance: Int) }
+        enum Event: Codable, Hashable, Sendable {
+            case deposit(Int, replyTo: ReplyTo<Outcome>)
+            case withdraw(Int, replyTo: ReplyTo<Outcome>)
+        }
+        struct State: Codable, Equatable, Sendable { var balance = 0 }
+        enum Effect: Equatable, Sendable { case answer(Reply<Outcome>) }
+
+        static func update(_ state: inout State, _ event: Event) -> [Effect] {
+            switch event {
+            case .deposit(let amount, let replyTo):
+                state.balance += amount
+                return [.answer(replyTo.reply(.done(balance: state.balance)))]
+            case .withdraw(let amount, let replyTo):
+                guard amount <= state.balance else {
+                    return [.answer(replyTo.reply(.insufficient(balance: state.balance)))]
+                }
+                state.balance -= amount
+                return [.answer(replyTo.reply(.done(balance: state.balance)))]
+            }
+        }
+
+        // Which effects are replies: the group delivers those itself, after their event is recorded.
+        static let program = DurableProgram(initial: State(), update: Update(update))
+            .replying { if case .answer(let reply) = $0 { reply } else { nil } }
+    }
+}
+
+@Suite struct PersistenceGuideTests {
+    @Test func theFirstExampleRunsAsWritten() async throws {
+        let directory = "/tmp/effectloop-guide-\(getpid())"
+        removeTree(directory)
+        defer { removeTree(directory) }
+        let requestID = "req-1"
+        let accounts = DurableLoopGroup<String, Guide.Account.State, Guide.Account.Event, Guide.Account.Effect>(
+            program: Guide.Account.program,
+            effects: EffectRouter(),
+            store: try FileEventStore(directory: directory),
+            passivation: .init(idleAfter: .seconds(300), maximumLive: 10_000)
+        )
+        let running = Task { try await accounts.run() }
+        _ = try await accounts.request(to: "alice", timeout: .seconds(2)) { .deposit(60, replyTo: $0) }
+        let outcome = try await accounts.request(to: "alice", key: requestID, timeout: .seconds(2)) {
+            .withdraw(50, replyTo: $0)
+        }
+        #expect(outcome == .done(balance: 10))
+        let retry = try await accounts.request(to: "alice", key: requestID, timeout: .seconds(2)) {
+            .withdraw(50, replyTo: $0)
+        }
+        #expect(retry == .done(balance: 10))
+        #expect(try await accounts.durableState(of: "alice") == Guide.Account.State(balance: 10))
+        accounts.stop()
+        _ = try await running.value
+    }
+
+    @Test func theHarnessExampleRunsAsWritten() async throws {
+        let accounts = DurableHarness<String, Account.State, Account.Event, Account.Effect>(program: Account.program)
+        #expect(try await accounts.request(to: "a", key: "d1") { .deposit(5, replyTo: $0) } == .done(balance: 5))
+        try await accounts.restart()
+        #expect(try await accounts.request(to: "a", key: "d1") { .deposit(5, replyTo: $0) } == .done(balance: 5))
+        #expect(try await accounts.state(of: "a") == Account.State(balance: 5))
+        try await accounts.finish()
+    }
+}
