@@ -12,7 +12,10 @@ import Glibc
 /// The first example of Docs/Persistence.md, as it is there, so the guide stays true.
 enum Guide {
     enum Account {
-        enum Outcome: Codable, Hashable, Sendable { case done(balance: Int), insufficient(balance: Int) }
+        enum Outcome: Codable, Hashable, Sendable {
+            case done(balance: Int)
+            case insufficient(balance: Int)
+        }
         enum Event: Codable, Hashable, Sendable {
             case deposit(Int, replyTo: ReplyTo<Outcome>)
             case withdraw(Int, replyTo: ReplyTo<Outcome>)
