@@ -45,6 +45,11 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         }
     }
 
+    /// The durable update every entity runs (``DurableProgram/durableUpdate(snapshotEvery:)``).
+    public typealias DurableUpdate = Update<
+        DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>
+    >
+
     /// The group that runs the entities' durable programs.
     public typealias Core = LoopGroup<
         ID, DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>
@@ -82,7 +87,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     ///     is left out, as ``DurableObserver`` does).
     ///   - clock: the clock timeouts, grace periods and idleness are measured on.
     @inlinable
-    public init(
+    public convenience init(
         stream: @escaping @Sendable (ID) -> String = { "\($0)" },
         program: @escaping @Sendable (ID) -> DurableProgram<State, Event, Effect>,
         effects router: EffectRouter<Effect, Event>,
@@ -96,15 +101,54 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         observer: (any LoopGroupObserver<ID, Event, Effect>)? = nil,
         clock: any Clock<Duration> = ContinuousClock()
     ) {
+        self.init(
+            stream: stream,
+            source: .perEntity(program),
+            effects: router,
+            store: store,
+            events: events,
+            states: states,
+            snapshotEvery: snapshotEvery,
+            keysKept: keysKept,
+            passivation: passivation,
+            failureGrace: failureGrace,
+            observer: observer,
+            clock: clock
+        )
+    }
+
+    /// The group, its entities' programs from `source`.
+    @inlinable
+    init(
+        stream: @escaping @Sendable (ID) -> String,
+        source: ProgramSource<ID, State, Event, Effect>,
+        effects router: EffectRouter<Effect, Event>,
+        store: any EventStore,
+        events: some EventCodec<Event>,
+        states: some EventCodec<State>,
+        snapshotEvery: UInt64?,
+        keysKept: Int,
+        passivation: Passivation,
+        failureGrace: Duration,
+        observer: (any LoopGroupObserver<ID, Event, Effect>)?,
+        clock: any Clock<Duration>
+    ) {
         let callers = Callers<State>(clock: clock)
         let failures = Failures()
         self.failures = failures
         let recovered = Count()
         self.recovered = recovered
-        // An entity's program, from its start to its recovery (the one that reads its stream back).
+        // A per-entity program, from the entity's start to its recovery (which reads its stream back).
         let starting = Locked<[String: DurableProgram<State, Event, Effect>]>([:])
+        // One program for all: one durable update for all, so an entity costs no closure of its own.
+        let shared: (program: DurableProgram<State, Event, Effect>, update: DurableUpdate)? =
+            if case .shared(let program) = source {
+                (program, program.durableUpdate(snapshotEvery: snapshotEvery))
+            } else {
+                nil
+            }
         let storage = DurableStorage(store: store, events: events, states: states, keysKept: keysKept) { name in
-            starting.withLock { $0.removeValue(forKey: name) }
+            shared?.program ?? starting.withLock { $0.removeValue(forKey: name) }
         }
         self.storage = storage
         self.callers = callers
@@ -116,14 +160,21 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         core = LoopGroup(
             program: { id in
                 let name = stream(id)
-                let program = program(id)
-                starting.withLock { $0[name] = program }
+                let (program, update): (DurableProgram<State, Event, Effect>, DurableUpdate)
+                switch source {
+                case .shared(let one):
+                    (program, update) = (one, shared?.update ?? one.durableUpdate(snapshotEvery: snapshotEvery))
+                case .perEntity(let make):
+                    program = make(id)
+                    update = program.durableUpdate(snapshotEvery: snapshotEvery)
+                    starting.withLock { $0[name] = program }
+                }
                 return Program(
                     first: First(
                         state: DurableState(stream: name, initial: program.initial, keysKept: keysKept),
                         effects: [.recover(stream: name)]
                     ),
-                    update: program.durableUpdate(snapshotEvery: snapshotEvery)
+                    update: update
                 )
             },
             effects: storage.router(
@@ -165,7 +216,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     ) {
         self.init(
             stream: stream,
-            program: { _ in program },
+            source: .shared(program),
             effects: router,
             store: store,
             events: events,
@@ -538,7 +589,7 @@ extension DurableLoopGroup where Event: Codable, State: Codable {
     ) {
         self.init(
             stream: stream,
-            program: { _ in program },
+            source: .shared(program),
             effects: router,
             store: store,
             events: BinaryCodec<Event>(),
@@ -551,4 +602,13 @@ extension DurableLoopGroup where Event: Codable, State: Codable {
             clock: clock
         )
     }
+}
+
+/// Where a durable group's entities get their program.
+@usableFromInline
+enum ProgramSource<ID, State: Sendable, Event, Effect>: Sendable {
+    /// One program for every entity.
+    case shared(DurableProgram<State, Event, Effect>)
+    /// A program for each id.
+    case perEntity(@Sendable (ID) -> DurableProgram<State, Event, Effect>)
 }

@@ -85,7 +85,7 @@ public enum DurableInput<State, Event> {
     case read(ticket: UInt64)
     /// The stream was read back: the state after its last event, that event's version, the version of
     /// the snapshot it started from (0 for none), and the callers' keys recorded (`nil`: none).
-    case recovered(State, version: UInt64, snapshot: UInt64, keys: KeyWindow? = nil)
+    indirect case recovered(State, version: UInt64, snapshot: UInt64, keys: KeyWindow? = nil)
     /// The events up to `version` are durable.
     case recorded(upTo: UInt64)
     /// The store failed (or the stream could not be read back): why, in words naming the stream.
@@ -107,7 +107,7 @@ public enum DurableEffect<State, Event, Effect> {
     /// Append `events` to `stream`, which is at version `expecting`, each with its note (by position in
     /// `events`) if it has one; then, if `snapshot` is set, save it as the state at the new version,
     /// with the callers' keys `keys`. The events are acknowledged before the snapshot is saved.
-    case append(
+    indirect case append(
         stream: String,
         events: [Event],
         expecting: UInt64,
