@@ -1,3 +1,4 @@
+import Dispatch
 import EffectHandlers
 import LoopCore
 import LoopPersistence
@@ -57,5 +58,30 @@ import Testing
         #expect(loop.state == [0, 1, 2, 3])
         loop.stop()
         _ = try await running.value
+    }
+}
+
+@Suite(.serialized) struct IdleWorkTests {
+    /// While the idle thread is busy, a newer snapshot of a stream replaces the one still waiting.
+    @Test func aNewerJobOfAKeyReplacesOneNotYetStarted() async {
+        let started = Locked(false)
+        let gate = DispatchSemaphore(value: 0)
+        let blocker = Task {
+            await IdleWork.shared.run { () -> Int in
+                started.withLock { $0 = true }
+                gate.wait()
+                return 0
+            }
+        }
+        await eventually("the idle thread is busy") { started.withLock { $0 } }
+        let older = Task { await IdleWork.shared.run(key: "idle-test") { 1 } }
+        await eventually("the older job waits") { IdleWork.shared.isQueued("idle-test") }
+        let newer = Task { await IdleWork.shared.run(key: "idle-test") { 2 } }
+        // The older one is answered `nil`, unrun, as soon as the newer one takes its place.
+        #expect(await older.value == nil)
+        #expect(IdleWork.shared.isQueued("idle-test"))
+        gate.signal()
+        #expect(await newer.value == 2)
+        #expect(await blocker.value == 0)
     }
 }

@@ -56,12 +56,12 @@ enum Guide {
             passivation: .init(idleAfter: .seconds(300), maximumLive: 10_000)
         )
         let running = Task { try await accounts.run() }
-        _ = try await accounts.request(to: "alice", timeout: .seconds(2)) { .deposit(60, replyTo: $0) }
-        let outcome = try await accounts.request(to: "alice", key: requestID, timeout: .seconds(2)) {
+        _ = try await accounts.request(to: "alice", timeout: .seconds(30)) { .deposit(60, replyTo: $0) }
+        let outcome = try await accounts.request(to: "alice", key: requestID, timeout: .seconds(30)) {
             .withdraw(50, replyTo: $0)
         }
         #expect(outcome == .done(balance: 10))
-        let retry = try await accounts.request(to: "alice", key: requestID, timeout: .seconds(2)) {
+        let retry = try await accounts.request(to: "alice", key: requestID, timeout: .seconds(30)) {
             .withdraw(50, replyTo: $0)
         }
         #expect(retry == .done(balance: 10))

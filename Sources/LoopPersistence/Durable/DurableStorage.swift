@@ -14,6 +14,9 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
     /// The program of the entity whose stream is being recovered.
     @usableFromInline let program: @Sendable (String) -> DurableProgram<State, Event, Effect>?
     @usableFromInline let keysKept: Int
+    /// Unique within the process: a snapshot waiting for the idle thread is replaced only by a newer one
+    /// of the same stream of the same loop or group (other stores may have streams of the same name).
+    @usableFromInline let identity: UInt64
 
     @inlinable
     init(
@@ -28,6 +31,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         self.states = states
         self.keysKept = keysKept
         self.program = program
+        identity = storageIdentities.add(1, ordering: .relaxed).newValue
     }
 
     /// The latest snapshot, then every later event folded through the update, one page in memory; the
@@ -110,7 +114,10 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         do {
             // Encoded where it takes no processor from events (see IdleWork), after they are acknowledged.
             let states = self.states
-            let encoded = await IdleWork.shared.run { Result { try states.encode(state) } }
+            // A newer snapshot of the stream asked for before this one was encoded replaces it.
+            let key = "\(identity) \(stream)"
+            guard let encoded = await IdleWork.shared.run(key: key, { Result { try states.encode(state) } })
+            else { return nil }
             let payload = RecordEnvelope.snapshot(try encoded.get(), keys: keys)
             try await store.save(Snapshot(stream: stream, version: version, payload: payload))
             return nil
@@ -282,6 +289,10 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         }
     }
 }
+
+/// The identities of durable loops' and groups' storages.
+@usableFromInline
+let storageIdentities = Atomic<UInt64>(0)
 
 /// The ticket numbers of every durable loop's waiting callers, unique within the process, so one
 /// `.fail` can name senders, readers and requesters together.
