@@ -36,7 +36,9 @@ public final class DurableHarness<
     public let store: InMemoryEventStore
     private let make: @Sendable (InMemoryEventStore, any LoopGroupObserver<ID, Event, Effect>) -> Group
     private let program: @Sendable (ID) -> DurableProgram<State, Event, Effect>
-    private let running = Locked<(group: Group, task: Task<LoopReport, any Error>)?>(nil)
+    /// The group of the moment (the last one, once stopped: it then refuses calls), and the task running
+    /// it while it runs.
+    private let running = Locked<(group: Group?, task: Task<LoopReport, any Error>?)>((nil, nil))
     private let started = Locked<[(entity: ID, effect: Effect)]>([])
     private let looked = Locked(0)
 
@@ -67,9 +69,10 @@ public final class DurableHarness<
         start()
     }
 
-    /// The group running now.
+    /// The group of the moment: the running one, or, after ``finish(fileID:filePath:line:column:)``, the
+    /// last one (stopped: it refuses calls with clear errors).
     public var group: Group {
-        running.withLock { $0 }.map(\.group) ?? start()
+        running.withLock { $0.group } ?? start()
     }
 
     /// Sends `event` to `id` (see ``/LoopPersistence/DurableLoopGroup/send(_:to:key:)``).
@@ -144,11 +147,11 @@ public final class DurableHarness<
     }
 
     private func stop() async throws {
-        let current = running.withLock { current in
-            defer { current = nil }
+        let (group, task) = running.withLock { current in
+            defer { current.task = nil }
             return current
         }
-        guard let (group, task) = current else { return }
+        guard let group, let task else { return }
         group.stop()
         _ = try await task.value
     }

@@ -30,7 +30,8 @@ func runDurableNode(_ words: [String]) async -> Int32 {
         program: KeyedLedger.program,
         effects: EffectRouter(),
         store: store,
-        snapshotEvery: 25
+        // Snapshots (carrying the callers' keys) every few events, so recovery after a kill reads them.
+        snapshotEvery: 3
     )
     let running = Task { try await group.run() }
     let inFlight = Locked(0)

@@ -273,7 +273,7 @@ final class GatedStore: EventStore {
         #expect(update(&durable, .read(ticket: 5)) == [.read(tickets: [5], state: Account.State(notes: [1, 2]))])
     }
 
-    @Test func aReadWhileRecoveringSeesTheCallsHeldBeforeIt() {
+    @Test func aReadWhileRecoveringWaitsForTheCallsHeldBeforeItToBeRecorded() {
         var durable = Account.Durable(stream: "a", initial: .init())
         _ = update(&durable, .read(ticket: 1))
         _ = update(&durable, .event(.note(1), ticket: nil))
@@ -319,13 +319,18 @@ final class GatedStore: EventStore {
         await eventually("the append waits") { store.waitingAppends == 1 }
         // Applied (the live state shows it) but not durable: no answer yet, and no durable read either.
         #expect(accounts.state(of: "a")?.balance == 6)
-        let read = Task { try await accounts.durableState(of: "a") }
-        for _ in 0..<1_000 { await Task.yield() }
-        #expect(!answered.withLock { $0 })
+        let read = Locked(false)
+        let reading = Task {
+            defer { read.withLock { $0 = true } }
+            return try await accounts.durableState(of: "a")
+        }
+        // Both wait for the append: the event is applied and will be recorded, but is not yet.
+        await eventually("the read is applied") { accounts.core.state(of: "a")?.reads.count == 1 }
+        #expect(!answered.withLock { $0 } && !read.withLock { $0 })
         store.release()
         #expect(try await request.value == .done(balance: 6))
         #expect(try await store.version(of: "a") == 2)
-        #expect(try await read.value.balance == 6)
+        #expect(try await reading.value.balance == 6)
         accounts.stop()
         _ = try await running.value
     }
@@ -341,6 +346,10 @@ final class GatedStore: EventStore {
         // A reply the update returns twice reaches the caller once; the second is counted as dropped.
         #expect(try await accounts.request(to: "a") { .answerTwice(replyTo: $0) } == .done(balance: 1))
         await eventually("the second reply is counted") { accounts.droppedReplies == 1 }
+        // For a keyed request the second is not even released: the first is the recorded answer.
+        #expect(try await accounts.request(to: "a", key: "twice") { .answerTwice(replyTo: $0) } == .done(balance: 1))
+        #expect(accounts.core.state(of: "a")?.duplicateReplies == 1)
+        #expect(accounts.droppedReplies == 1)
         accounts.stop()
         _ = try await running.value
     }
@@ -371,6 +380,7 @@ final class GatedStore: EventStore {
         #expect(try await first.request(to: "a", key: "w1") { .withdraw(2, replyTo: $0) } == .done(balance: 3))
         first.stop()
         _ = try await running.value
+        #expect(try await store.latestSnapshot(of: "a")?.version == 2)
 
         // A new process: from the snapshot (keys d1 and n1) and the event after it (key w1).
         let second = Account.Group(program: Account.program, effects: Account.router, store: store, snapshotEvery: 2)
@@ -386,6 +396,48 @@ final class GatedStore: EventStore {
         }
         #expect(try await second.durableState(of: "a") == Account.State(balance: 3, notes: [1]))
         #expect(try await store.version(of: "a") == 3)
+        second.stop()
+        _ = try await again.value
+    }
+
+    @Test func anotherEventUnderAKeyInFlightIsRefusedAndNeverGetsItsAnswer() async throws {
+        let store = GatedStore()
+        let accounts = Account.Group(program: Account.program, effects: Account.router, store: store)
+        let running = Task { try await accounts.run() }
+        _ = try await accounts.request(to: "a") { .deposit(100, replyTo: $0) }
+        store.hold()
+        let first = Task { try await accounts.request(to: "a", key: "k") { .withdraw(50, replyTo: $0) } }
+        await eventually("the first is applied") { accounts.core.state(of: "a")?.version == 2 }
+        await #expect(throws: RequestError.keyReused("k")) {
+            try await accounts.request(to: "a", key: "k") { .withdraw(500, replyTo: $0) }
+        }
+        store.release()
+        #expect(try await first.value == .done(balance: 50))
+        accounts.stop()
+        _ = try await running.value
+    }
+
+    @Test func aReplyFromResumeReachesARepeatAfterARestart() async throws {
+        let store = InMemoryEventStore()
+        // Audits never report back in the first process.
+        let silent = EffectRouter<Account.Effect, Account.Event>()
+            .route({ $0 == .runAudit ? () : nil }, to: ClosureSyncEffectHandler { _, _ in })
+        let first = Account.Group(program: Account.program, effects: silent, store: store)
+        let running = Task { try await first.run() }
+        let asked = Task { try await first.request(to: "a", key: "au") { .audit(replyTo: $0) } }
+        await eventually("the audit is recorded") { first.core.state(of: "a")?.recorded == 1 }
+        first.stop()
+        await #expect(throws: RequestError.loopStopped) { try await asked.value }
+        _ = try await running.value
+        // The next process's program answers the audits it finds waiting, as it starts.
+        let resuming = DurableProgram(initial: Account.State(), update: Update(Account.update)) { state in
+            state.auditing.map { .answer($0.reply(.done(balance: state.balance))) }
+        }
+        .replying { if case .answer(let reply) = $0 { reply } else { nil } }
+        let second = Account.Group(program: resuming, effects: silent, store: store)
+        let again = Task { try await second.run() }
+        #expect(try await second.request(to: "a", key: "au") { .audit(replyTo: $0) } == .done(balance: 0))
+        #expect(try await store.version(of: "a") == 1)
         second.stop()
         _ = try await again.value
     }
@@ -449,8 +501,9 @@ final class GatedStore: EventStore {
         await clock.sleepers(atLeast: 1)
         clock.advance(by: .seconds(2))
         await #expect(throws: RequestError.timedOut(after: .seconds(2))) { try await timed.value }
+        let before = accounts.core.state(of: "a")?.version ?? 0
         let cancelled = Task { try await accounts.request(to: "a", key: "c") { .ignore(replyTo: $0) } }
-        await eventually("the request is applied") { accounts.state(of: "a") != nil }
+        await eventually("the request is applied") { accounts.core.state(of: "a")?.version == before + 1 }
         cancelled.cancel()
         await #expect(throws: RequestError.cancelled) { try await cancelled.value }
         let stopped = Task { try await accounts.request(to: "b") { .ignore(replyTo: $0) } }

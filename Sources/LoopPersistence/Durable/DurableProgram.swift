@@ -319,13 +319,18 @@ extension DurableProgram {
                 // Events since the snapshot count toward the next one, across restarts and passivation.
                 durable.sinceSnapshot = version - min(snapshot, version)
                 let stream = durable.stream
-                var effects = resume(state).enumerated().map { index, effect in
-                    DurableEffect<State, Event, Effect>.effect(
-                        effect,
-                        key: IdempotencyKey(stream: stream, version: version, index: index, resumed: true)
-                    )
+                // A reply among them (to a request kept in the state) goes to whoever waits for it now.
+                var effects = resume(state).enumerated().map { index, effect -> DurableEffect<State, Event, Effect> in
+                    if let found = replies?.find(effect) {
+                        .reply(effect, stream: stream, delivery: ReplyDelivery(reply: found.reply, value: found.value))
+                    } else {
+                        .effect(
+                            effect,
+                            key: IdempotencyKey(stream: stream, version: version, index: index, resumed: true)
+                        )
+                    }
                 }
-                // Readers that asked while recovering see the calls held before them, and none after.
+                // Readers that asked while recovering wait for the calls held before them to be recorded.
                 let (held, reads) = (durable.held, durable.reads)
                 durable.held = []
                 durable.reads = []

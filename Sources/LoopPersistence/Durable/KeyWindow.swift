@@ -70,15 +70,11 @@ public struct KeyWindow: Sendable, Equatable {
     }
 
     private mutating func mutableStorage() -> Storage {
-        guard let current = storage else {
-            let created = Storage()
-            storage = created
-            return created
+        // The uniqueness check first, holding no other reference (one held would make it always fail).
+        if !isKnownUniquelyReferenced(&storage) {
+            storage = storage.map(Storage.init(copying:)) ?? Storage()
         }
-        if isKnownUniquelyReferenced(&storage) { return current }
-        let copy = Storage(copying: current)
-        storage = copy
-        return copy
+        return storage ?? Storage()
     }
 
     /// How many keys it holds.

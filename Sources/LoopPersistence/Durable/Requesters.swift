@@ -95,13 +95,20 @@ final class Requesters: Sendable {
     ) async throws(RequestError) -> Value {
         if Task.isCancelled { throw .cancelled }
         if let key, let problem = KeyLimits.problem(with: key) { throw .invalid(problem) }
-        let reply =
-            key.map { keyedReply(stream: stream, key: $0) } ?? unkeyedReplies.add(1, ordering: .relaxed).newValue
-        let event = make(ReplyTo(id: reply))
+        // A keyed request's address is derived from its stream, key and event, so the repeats of one
+        // request share it (in any process) and another event under the key never receives its answer.
+        // The event's digest is taken with a placeholder address, as the address depends on it.
+        var reply = unkeyedReplies.add(1, ordering: .relaxed).newValue & ~(1 << 63)
         var digest: UInt64 = 0
-        if key != nil {
-            do { digest = try fingerprint(event) } catch { throw .invalid("the event does not encode: \(error)") }
+        if let key {
+            do {
+                digest = try fingerprint(make(ReplyTo(id: 0)))
+            } catch {
+                throw .invalid("the event does not encode: \(error)")
+            }
+            reply = keyedReply(stream: stream, key: key, event: digest)
         }
+        let event = make(ReplyTo(id: reply))
         let ticket = ticketNumbers.add(1, ordering: .relaxed).newValue
         let waiter = TypedAnswerWaiter<Value>()
         register(waiter, ticket: ticket, reply: reply, in: stream)
@@ -123,15 +130,17 @@ final class Requesters: Sendable {
     }
 }
 
-/// The reply addresses of unkeyed requests: unique within the process, below those derived from keys.
+/// The reply addresses of unkeyed requests: unique within the process, below those derived from keys,
+/// and starting at a random number, so they do not meet the addresses a previous process gave out (an
+/// entity may keep one in its state, and answer it after a restart).
 @usableFromInline
-let unkeyedReplies = Atomic<UInt64>(0)
+let unkeyedReplies = Atomic<UInt64>(UInt64.random(in: 0..<(1 << 62)))
 
-/// The reply address of the request under `key` to `stream`: the same in every process, with the top bit
-/// set so it never meets an unkeyed one.
+/// The reply address of the request under `key` to `stream` whose event has the digest `event`: the same
+/// in every process, with the top bit set so it never meets an unkeyed one.
 @usableFromInline
-func keyedReply(stream: String, key: String) -> UInt64 {
-    fingerprint(key.utf8, seed: fingerprint(stream.utf8) ^ 0x9E37_79B9_7F4A_7C15) | (1 << 63)
+func keyedReply(stream: String, key: String, event: UInt64) -> UInt64 {
+    fingerprint(key.utf8, seed: fingerprint(stream.utf8) ^ event ^ 0x9E37_79B9_7F4A_7C15) | (1 << 63)
 }
 
 /// What a caller's key may be.

@@ -168,7 +168,8 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
             for loop in loops { await loop.whenSettled() }
             // Settled only if nothing moved meanwhile: the same loops, each still settled.
             let again = members.withLock { $0.all }
-            if again.count == loops.count, again.allSatisfy({ $0.isSettled }) { return }
+            let same = Set(again.map(ObjectIdentifier.init)) == Set(loops.map(ObjectIdentifier.init))
+            if same, again.allSatisfy({ $0.isSettled }) { return }
         }
     }
 

@@ -235,7 +235,9 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// Whether the loop has settled now (see ``whenSettled()``).
     package var isSettled: Bool {
         storage.withLock { engine in
-            !engine.isRunning || (!engine.isDraining && engine.inbox.isEmpty && engine.effects.isEmpty)
+            !engine.isRunning
+                || (!engine.isDraining && engine.inbox.isEmpty && engine.effects.isEmpty
+                    && engine.effects.windows.isEmpty && engine.pendingMapped == 0)
         }
     }
 
