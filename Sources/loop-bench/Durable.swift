@@ -2,6 +2,7 @@ import EffectHandlers
 import LoopCore
 import LoopPersistence
 import LoopRuntime
+import LoopTesting
 import Synchronization
 
 #if canImport(Glibc)
@@ -73,16 +74,6 @@ func scratchStore(_ name: String) -> String {
     removeTree(path)
     mkdir(path, 0o755)
     return path
-}
-
-func removeTree(_ path: String) {
-    guard let directory = opendir(path) else { return }
-    while let entry = readdir(directory) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        if name != "." && name != ".." { unlink(path + "/" + name) }
-    }
-    closedir(directory)
-    rmdir(path)
 }
 
 extension Workloads {

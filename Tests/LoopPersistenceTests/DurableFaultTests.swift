@@ -267,14 +267,3 @@ struct SeededGenerator: RandomNumberGenerator {
         return value ^ (value >> 31)
     }
 }
-
-/// Removes a directory and the files in it.
-func removeTree(_ path: String) {
-    guard let directory = opendir(path) else { return }
-    while let entry = readdir(directory) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        if name != "." && name != ".." { unlink(path + "/" + name) }
-    }
-    closedir(directory)
-    rmdir(path)
-}
