@@ -19,8 +19,9 @@ final class RequestTimer: Sendable {
         var live: [UInt64: (waiter: any AnswerWaiter, timeout: Duration)] = [:]
         var entries = 0
         /// The deadline the sleeping task wakes at, and the task.
-        var sleeper: (until: Duration, task: Task<Void, Never>)?
+        var sleeper: (until: Duration, task: Task<Void, Never>, id: UInt64)?
         var next: UInt64 = 0
+        var sleepers: UInt64 = 0
     }
 
     private let clock: any Clock<Duration>
@@ -52,7 +53,7 @@ final class RequestTimer: Sendable {
             waiting.entries += 1
             guard let sleeper = waiting.sleeper, sleeper.until <= deadline else {
                 let previous = waiting.sleeper?.task
-                waiting.sleeper = (deadline, sleep(until: deadline))
+                waiting.sleeper = sleep(until: deadline, &waiting)
                 return (id, previous)
             }
             return (id, nil)
@@ -78,19 +79,24 @@ final class RequestTimer: Sendable {
         }
     }
 
-    /// A task that sleeps until `deadline` and then fails what is due.
-    private func sleep(until deadline: Duration) -> Task<Void, Never> {
+    /// A task that sleeps until `deadline` and then fails what is due; recorded as `waiting`'s sleeper by
+    /// the caller.
+    private func sleep(until deadline: Duration, _ waiting: inout Waiting) -> (Duration, Task<Void, Never>, UInt64) {
         let (clock, elapsed) = (self.clock, self.elapsed)
-        return Task { [weak self] in
+        waiting.sleepers += 1
+        let id = waiting.sleepers
+        let task = Task { [weak self] in
             do { try await clock.sleep(for: deadline - elapsed()) } catch { return }
-            self?.expire()
+            self?.expire(woken: id)
         }
+        return (deadline, task, id)
     }
 
-    /// Fails every request whose deadline has passed, and sleeps until the next one.
-    private func expire() {
+    /// Fails every request whose deadline has passed, and sleeps until the next one. `woken` is the
+    /// sleeper that called it: one that `add` put in its place meanwhile is kept if it wakes in time.
+    private func expire(woken: UInt64) {
         let now = elapsed()
-        let due = waiting.withLock { waiting -> [(any AnswerWaiter, Duration)] in
+        let (due, cancelled) = waiting.withLock { waiting -> ([(any AnswerWaiter, Duration)], Task<Void, Never>?) in
             var due: [(any AnswerWaiter, Duration)] = []
             var earliest: Duration?
             for timeout in Array(waiting.queues.keys) {
@@ -118,9 +124,13 @@ final class RequestTimer: Sendable {
                     waiting.queues[timeout] = queue
                 }
             }
-            waiting.sleeper = earliest.map { ($0, sleep(until: $0)) }
-            return due
+            // Another sleeper, put in place while this one woke: kept if it wakes in time, else replaced.
+            let other = waiting.sleeper.flatMap { $0.id == woken ? nil : $0 }
+            if let other, earliest.map({ other.until <= $0 }) ?? true { return (due, nil) }
+            waiting.sleeper = earliest.map { sleep(until: $0, &waiting) }
+            return (due, other?.task)
         }
+        cancelled?.cancel()
         for (waiter, timeout) in due { waiter.fail(.timedOut(after: timeout)) }
     }
 
@@ -128,7 +138,7 @@ final class RequestTimer: Sendable {
     @usableFromInline
     func stop() {
         let task = waiting.withLock { waiting in
-            defer { waiting = Waiting(next: waiting.next) }
+            defer { waiting = Waiting(next: waiting.next, sleepers: waiting.sleepers) }
             return waiting.sleeper?.task
         }
         task?.cancel()
