@@ -291,6 +291,27 @@ final class GatedStore: EventStore {
         )
     }
 
+    @Test func aReplyFromResumeNeverReplacesARecordedAnswer() {
+        let resuming = DurableProgram(initial: Account.State(), update: Update(Account.update)) { state in
+            state.auditing.map { .answer($0.reply(.done(balance: 99))) }
+        }
+        .replying { if case .answer(let reply) = $0 { reply } else { nil } }
+        .durableUpdate(snapshotEvery: nil)
+        var durable = Account.Durable(stream: "a", initial: .init())
+        let recorded = RecordedAnswer(reply: 42, version: 1, payload: .success([1]))
+        let keys = KeyWindow(
+            capacity: 10,
+            entries: [.init(key: "k", version: 1, fingerprint: 1, reply: 42, answer: recorded)]
+        )
+        let state = Account.State(auditing: [ReplyTo(id: 42), ReplyTo(id: 43)])
+        let reply = Account.Effect.answer(ReplyTo<Account.Outcome>(id: 43).reply(.done(balance: 99)))
+        #expect(
+            resuming(&durable, .recovered(state, version: 1, snapshot: 0, keys: keys))
+                == [.reply(reply, stream: "a", delivery: ReplyDelivery(reply: 43, value: 0))]
+        )
+        #expect(durable.duplicateReplies == 1)
+    }
+
     @Test func aRequestToAProgramWithoutRepliesIsRefused() {
         let plain = DurableProgram(initial: Account.State(), update: Update(Account.update)).durableUpdate(
             snapshotEvery: nil
@@ -436,7 +457,10 @@ final class GatedStore: EventStore {
         .replying { if case .answer(let reply) = $0 { reply } else { nil } }
         let second = Account.Group(program: resuming, effects: silent, store: store)
         let again = Task { try await second.run() }
-        #expect(try await second.request(to: "a", key: "au") { .audit(replyTo: $0) } == .done(balance: 0))
+        #expect(
+            try await second.request(to: "a", key: "au", timeout: .seconds(30)) { .audit(replyTo: $0) }
+                == .done(balance: 0)
+        )
         #expect(try await store.version(of: "a") == 1)
         second.stop()
         _ = try await again.value

@@ -157,7 +157,10 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     /// The program answers as an in-memory one does, with an effect holding `replyTo.reply(value)`, now or
     /// from a later event; it must say which effects are replies (``DurableProgram/replying(_:)``). With a
     /// `key`, a repeat (after a timeout, a crash, a restart of either side) is not applied again: it gets
-    /// the recorded answer, or waits for it with the first try. Every wait ends:
+    /// the recorded answer, or waits for it with the first try. For a keyed request `make` is called twice
+    /// (once with a placeholder address, for the event's digest): it must build the same event from the
+    /// same address. Give requests a `timeout`: a request the program never answers otherwise waits until
+    /// the loop stops. A wait ends:
     /// - ``/LoopRuntime/RequestError/rejected(_:)`` when the loop does not take the event;
     /// - ``/LoopRuntime/RequestError/storeFailed(_:)`` when the store fails before the reply is recorded;
     /// - ``/LoopRuntime/RequestError/loopStopped`` when the loop stops first;

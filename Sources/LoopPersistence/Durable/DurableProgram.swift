@@ -319,15 +319,20 @@ extension DurableProgram {
                 // Events since the snapshot count toward the next one, across restarts and passivation.
                 durable.sinceSnapshot = version - min(snapshot, version)
                 let stream = durable.stream
-                // A reply among them (to a request kept in the state) goes to whoever waits for it now.
-                var effects = resume(state).enumerated().map { index, effect -> DurableEffect<State, Event, Effect> in
+                // A reply among them (to a request kept in the state) goes to whoever waits for it now,
+                // unless its request has a recorded answer: that one stands.
+                var effects: [DurableEffect<State, Event, Effect>] = []
+                for (index, effect) in resume(state).enumerated() {
                     if let found = replies?.find(effect) {
-                        .reply(effect, stream: stream, delivery: ReplyDelivery(reply: found.reply, value: found.value))
+                        guard durable.keys.entry(replying: found.reply)?.answer == nil else {
+                            durable.duplicateReplies += 1
+                            continue
+                        }
+                        let delivery = ReplyDelivery(reply: found.reply, value: found.value)
+                        effects.append(.reply(effect, stream: stream, delivery: delivery))
                     } else {
-                        .effect(
-                            effect,
-                            key: IdempotencyKey(stream: stream, version: version, index: index, resumed: true)
-                        )
+                        let key = IdempotencyKey(stream: stream, version: version, index: index, resumed: true)
+                        effects.append(.effect(effect, key: key))
                     }
                 }
                 // Readers that asked while recovering wait for the calls held before them to be recorded.

@@ -22,32 +22,42 @@ final class RequestTimer: Sendable {
         var sleeper: (until: Duration, task: Task<Void, Never>, id: UInt64)?
         var next: UInt64 = 0
         var sleepers: UInt64 = 0
+        var stopped = false
     }
 
-    private let clock: any Clock<Duration>
-    /// The time since the timer was made, on `clock`.
+    /// The time since the timer was made, on its clock.
     private let elapsed: @Sendable () -> Duration
+    /// Sleeps until that time is at least the given one (an instant, not a length, so a clock moved
+    /// between reading it and sleeping wakes the sleeper on time).
+    private let sleepUntil: @Sendable (Duration) async throws -> Void
     private let waiting = Locked(Waiting())
 
     @usableFromInline
     init(clock: any Clock<Duration>) {
-        self.clock = clock
-        elapsed = Self.stopwatch(clock)
+        (elapsed, sleepUntil) = Self.stopwatch(clock)
     }
 
-    private static func stopwatch<C: Clock<Duration>>(_ clock: C) -> @Sendable () -> Duration {
+    private static func stopwatch<C: Clock<Duration>>(
+        _ clock: C
+    ) -> (@Sendable () -> Duration, @Sendable (Duration) async throws -> Void) {
         let origin = clock.now
-        return { origin.duration(to: clock.now) }
+        return (
+            { origin.duration(to: clock.now) },
+            { try await clock.sleep(until: origin.advanced(by: $0), tolerance: nil) }
+        )
     }
 
     /// Fails `waiter` with ``/LoopRuntime/RequestError/timedOut(after:)`` once `timeout` has passed, unless
     /// it is removed first; returns its id for ``remove(_:)``.
     @usableFromInline
     func add(_ waiter: any AnswerWaiter, timeout: Duration) -> UInt64 {
-        let deadline = elapsed() + timeout
         let (id, stale) = waiting.withLock { waiting -> (UInt64, Task<Void, Never>?) in
             waiting.next += 1
             let id = waiting.next
+            // Stopped: nothing waits any more (the request is refused), and no sleeper may start.
+            guard !waiting.stopped else { return (id, nil) }
+            // Read under the lock, so each queue stays in deadline order.
+            let deadline = elapsed() + timeout
             waiting.live[id] = (waiter, timeout)
             waiting.queues[timeout, default: Queue()].entries.append((deadline, id))
             waiting.entries += 1
@@ -82,11 +92,11 @@ final class RequestTimer: Sendable {
     /// A task that sleeps until `deadline` and then fails what is due; recorded as `waiting`'s sleeper by
     /// the caller.
     private func sleep(until deadline: Duration, _ waiting: inout Waiting) -> (Duration, Task<Void, Never>, UInt64) {
-        let (clock, elapsed) = (self.clock, self.elapsed)
+        let sleepUntil = self.sleepUntil
         waiting.sleepers += 1
         let id = waiting.sleepers
         let task = Task { [weak self] in
-            do { try await clock.sleep(for: deadline - elapsed()) } catch { return }
+            do { try await sleepUntil(deadline) } catch { return }
             self?.expire(woken: id)
         }
         return (deadline, task, id)
@@ -138,7 +148,7 @@ final class RequestTimer: Sendable {
     @usableFromInline
     func stop() {
         let task = waiting.withLock { waiting in
-            defer { waiting = Waiting(next: waiting.next, sleepers: waiting.sleepers) }
+            defer { waiting = Waiting(next: waiting.next, sleepers: waiting.sleepers, stopped: true) }
             return waiting.sleeper?.task
         }
         task?.cancel()

@@ -236,8 +236,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     package var isSettled: Bool {
         storage.withLock { engine in
             !engine.isRunning
-                || (!engine.isDraining && engine.inbox.isEmpty && engine.effects.isEmpty
-                    && engine.effects.windows.isEmpty && engine.pendingMapped == 0)
+                || (!engine.isDraining && engine.inbox.isEmpty && engine.effects.isEmpty && engine.pendingMapped == 0)
         }
     }
 
