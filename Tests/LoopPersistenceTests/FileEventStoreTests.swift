@@ -173,6 +173,49 @@ import Glibc
         #expect(try directory.size(of: "segment-00000000.log") == before)
     }
 
+    /// One flipped bit in a record's length makes it run past the end of the file: with committed records
+    /// after it, that is damage to acknowledged data, not an unfinished write; nothing is cut.
+    @Test func aDamagedLengthWithCommitsAfterItIsCorruptionAndNothingIsCut() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try FileEventStore(directory: directory.path)
+        for batch in 0..<20 {
+            _ = try await store.append(
+                (0..<10).map { Self.payload(batch * 10 + $0) },
+                to: "s",
+                expecting: UInt64(batch * 10)
+            )
+        }
+        await store.close()
+        let log = directory.path + "/segment-00000000.log"
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: log)))
+        // The first frame at or past a third of the file.
+        var offset = 0
+        while offset < bytes.count / 3, case .record(_, let next) = RecordFrame.read(bytes, at: offset) {
+            offset = next
+        }
+        var damaged = bytes
+        damaged[offset + 2] ^= 1  // bit 16 of the length
+        try Data(damaged).write(to: URL(fileURLWithPath: log))
+        do {
+            _ = try FileEventStore(directory: directory.path)
+            Issue.record("a store with a damaged length opened")
+        } catch {
+            #expect(
+                error.kind
+                    == .corrupted(
+                        location: "\(log) at offset \(offset)",
+                        reason: "a record longer than what follows it, with committed records after it"
+                    )
+            )
+        }
+        #expect(try directory.size(of: "segment-00000000.log") == bytes.count)
+        // Put back, every acknowledged event is there.
+        try Data(bytes).write(to: URL(fileURLWithPath: log))
+        let reopened = try FileEventStore(directory: directory.path)
+        #expect(try await reopened.version(of: "s") == 200)
+        await reopened.close()
+    }
+
     @Test func aRecordOutOfSequenceIsCorruption() async throws {
         let directory = try TemporaryDirectory()
         // Version 2 of a stream with no version 1: well framed, but not a history this store wrote.

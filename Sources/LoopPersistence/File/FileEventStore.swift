@@ -646,6 +646,11 @@ public final class FileEventStore: EventStore {
             case .end:
                 return pending.isEmpty ? offset : try unfinished("records with no commit after them")
             case .tornTail:
+                // A record running past the end is an unfinished write only if nothing committed follows:
+                // a damaged length must not hide the acknowledged records after it.
+                if commitFollows(offset, in: bytes) {
+                    throw damaged("a record longer than what follows it, with committed records after it", at: offset)
+                }
                 return try unfinished("an incomplete record")
             case .corrupted(_, let reason):
                 if commitFollows(offset, in: bytes) { throw damaged(reason, at: offset) }
