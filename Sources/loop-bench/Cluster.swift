@@ -28,6 +28,19 @@ func runClusterNode(_ words: [String]) async -> Int32 {
     let heartbeat = Int(option("--heartbeat-ms", in: words) ?? "") ?? 250
     let timeout = Int(option("--timeout-ms", in: words) ?? "") ?? 3_000
     let schema = option("--schema", in: words) ?? "effectloop"
+    // SIGTERM is caught from the start: one that comes while the node connects (a test stopping a node
+    // it has just restarted) ends the process cleanly instead of killing it.
+    signal(SIGTERM, SIG_IGN)
+    let stopping = Locked<(requested: Bool, node: ClusterNode<Int, ClusterTally.Event, Never>?)>((false, nil))
+    let terminate = DispatchSource.makeSignalSource(signal: SIGTERM)
+    terminate.setEventHandler {
+        stopping.withLock { stopping in
+            stopping.requested = true
+            return stopping.node
+        }?.stop()
+    }
+    terminate.resume()
+    defer { terminate.cancel() }
     do {
         let node = try await ClusterNode(
             connecting: conninfo,
@@ -42,11 +55,12 @@ func runClusterNode(_ words: [String]) async -> Int32 {
                 membershipTimeout: .milliseconds(timeout)
             )
         )
-        signal(SIGTERM, SIG_IGN)
-        let terminate = DispatchSource.makeSignalSource(signal: SIGTERM)
-        terminate.setEventHandler { node.stop() }
-        terminate.resume()
-        defer { terminate.cancel() }
+        let requested = stopping.withLock { stopping in
+            stopping.node = node
+            return stopping.requested
+        }
+        // Asked to stop before it ran: it owns nothing yet, so there is nothing to hand over.
+        if requested { return 0 }
         try await node.run()
         return 0
     } catch {

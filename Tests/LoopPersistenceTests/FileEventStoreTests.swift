@@ -216,6 +216,27 @@ import Glibc
         await reopened.close()
     }
 
+    /// Deleting the lock file of a store in use does not let a second writer in (issue 27, item 2).
+    @Test func aDeletedLockFileAdmitsNoSecondWriter() async throws {
+        let directory = try TemporaryDirectory()
+        let first = try FileEventStore(directory: directory.path)
+        _ = try await first.append([Self.payload(1)], to: "s", expecting: 0)
+        #expect(unlink(directory.path + "/store.lock") == 0)
+        do {
+            let second = try FileEventStore(directory: directory.path)
+            await second.close()
+            Issue.record("a second writer opened the store")
+        } catch {
+            guard case .unavailable(let reason) = error.kind else { throw error }
+            #expect(reason.contains("is in use by"))
+        }
+        #expect(try await first.append([Self.payload(2)], to: "s", expecting: 1) == 2)
+        await first.close()
+        let reopened = try FileEventStore(directory: directory.path)
+        #expect(try await reopened.version(of: "s") == 2)
+        await reopened.close()
+    }
+
     @Test func aRecordOutOfSequenceIsCorruption() async throws {
         let directory = try TemporaryDirectory()
         // Version 2 of a stream with no version 1: well framed, but not a history this store wrote.
@@ -325,7 +346,7 @@ import Glibc
     @Test func aDirectoryThatIsAFileIsAClearError() throws {
         let directory = try TemporaryDirectory()
         try directory.appendBytes([1], to: "file")
-        #expect(throws: EventStoreError(.io(code: ENOTDIR, action: "open \(directory.path)/file/store.lock"))) {
+        #expect(throws: EventStoreError(.io(code: ENOTDIR, action: "open \(directory.path)/file"))) {
             try FileEventStore(directory: directory.path + "/file")
         }
     }

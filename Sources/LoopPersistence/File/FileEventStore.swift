@@ -22,9 +22,9 @@ internal import Darwin
 ///   written together, in one `write` and one `fdatasync`.
 /// - **Framed records**: every record carries its length and a CRC-32 (``RecordFrame``); a batch of
 ///   events is one record, so an append is all or nothing on disk too.
-/// - **One writer**: a lock file (`store.lock`) admits one open store per directory; a second open,
-///   from this process or another, fails with ``EventStoreError/Kind/unavailable(reason:)`` naming the
-///   holder.
+/// - **One writer**: the directory and its lock file (`store.lock`) are locked, admitting one open store
+///   per directory; a second open, from this process or another, fails with
+///   ``EventStoreError/Kind/unavailable(reason:)`` naming the holder, even if the lock file was deleted.
 /// - **Recovery on open**: a torn tail (a write the process did not finish) is truncated and reported
 ///   in ``recovery``; damage before the tail is an error naming the file and offset. Nothing is skipped.
 /// - **Failed writes**: when a write or `fdatasync` fails (ENOSPC, EIO), the log is cut back to its last
@@ -118,6 +118,9 @@ public final class FileEventStore: EventStore {
     private let writer = DispatchQueue(label: "FileEventStore.writer")
     private let shared: Locked<Shared>
     private let lockDescriptor: Int32
+    /// The directory itself, locked too: a lock file can be deleted (and a new one made and locked by
+    /// another process) while this store runs; the directory cannot be, while it holds the log.
+    private let directoryDescriptor: Int32
 
     /// Opens (or creates) the store in `directory`, recovering what is there.
     ///
@@ -136,7 +139,7 @@ public final class FileEventStore: EventStore {
         self.options = options
         self.io = io
         try Files.makeDirectory(directory)
-        lockDescriptor = try Self.lock(directory)
+        (lockDescriptor, directoryDescriptor) = try Self.lock(directory)
         do throws(EventStoreError) {
             var opened = try Self.recover(directory: directory, io: io)
             if opened.segments.isEmpty {
@@ -150,6 +153,7 @@ public final class FileEventStore: EventStore {
             shared = Locked(Shared(streams: opened.streams, segments: opened.segments, size: opened.size))
         } catch {
             Files.release(lockDescriptor)
+            Files.release(directoryDescriptor)
             throw error
         }
     }
@@ -160,6 +164,7 @@ public final class FileEventStore: EventStore {
             shared.segments = []
         }
         Files.release(lockDescriptor)
+        Files.release(directoryDescriptor)
     }
 
     /// Closes the store: waits for the write under way, fails appends still queued, and releases the
@@ -175,6 +180,7 @@ public final class FileEventStore: EventStore {
             writer.async {
                 // Runs after any flush already scheduled on the writer: nothing writes after this.
                 _ = flock(self.lockDescriptor, LOCK_UN)
+                _ = flock(self.directoryDescriptor, LOCK_UN)
                 done.resume()
             }
         }
@@ -547,17 +553,29 @@ public final class FileEventStore: EventStore {
         return directory + "/segment-" + String(repeating: "0", count: max(0, 8 - digits.count)) + digits + ".log"
     }
 
-    /// Takes the directory's lock file, or says who holds it.
-    private static func lock(_ directory: String) throws(EventStoreError) -> Int32 {
+    /// Locks the directory and its lock file, or says who holds them. The directory's own lock is the
+    /// one that counts (it holds even if the lock file is deleted); the lock file names the holder.
+    private static func lock(_ directory: String) throws(EventStoreError) -> (file: Int32, directory: Int32) {
         let path = directory + "/" + lockName
-        let descriptor = try Files.openFile(path, create: true)
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+        let folder = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard folder >= 0 else { throw Files.error("open \(directory)", code: errno) }
+        let descriptor: Int32
+        do {
+            descriptor = try Files.openFile(path, create: true)
+        } catch {
+            Files.release(folder)
+            throw error
+        }
+        for locked in [folder, descriptor] where flock(locked, LOCK_EX | LOCK_NB) != 0 {
             let code = errno
             let holder = (try? Files.readBytes(descriptor, count: 32, at: 0, path: path)).map {
                 String(decoding: $0, as: UTF8.self).filter(\.isNumber)
             }
             Files.release(descriptor)
-            guard code == EWOULDBLOCK else { throw Files.error("lock \(path)", code: code) }
+            Files.release(folder)
+            guard code == EWOULDBLOCK else {
+                throw Files.error("lock \(locked == folder ? directory : path)", code: code)
+            }
             let who = holder.flatMap { $0.isEmpty ? nil : "process \($0)" } ?? "another process"
             throw EventStoreError(
                 .unavailable(reason: "\(directory) is in use by \(who) (lock file \(path)); one store per directory")
@@ -566,7 +584,7 @@ public final class FileEventStore: EventStore {
         let pid = Array("\(getpid())\n".utf8)
         _ = ftruncate(descriptor, 0)
         _ = pid.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
-        return descriptor
+        return (descriptor, folder)
     }
 
     struct Opened {
