@@ -31,7 +31,10 @@ final class DurableNode: Sendable {
         ended: @escaping @Sendable () -> Void
     ) throws {
         var ends: [Int32] = [0, 0]
-        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &ends) == 0 else { throw Failure("socketpair") }
+        // Close-on-exec: no other child of this process (another test's) may hold the node's socket.
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
+            throw Failure("socketpair")
+        }
         var failure: Int32 = 0
         let pid = ChildProcess.spawn(
             Self.binary,
@@ -77,29 +80,45 @@ final class DurableNode: Sendable {
 
     /// Kills the node with SIGKILL and waits until it and its output have ended.
     func kill() {
-        if !reaped.withLock({ $0 }) {
-            ChildProcess.stop(pid, with: SIGKILL)
-            reaped.withLock { $0 = true }
-        }
+        stop()
         reader.join()
     }
 
-    /// Ends the node's input: it finishes what it has, stops gracefully and exits. Its exit status.
+    /// Kills the node with SIGKILL and waits for it, if it is still this process's unreaped child. Once it
+    /// has been waited for (here, or by another test of this process that reaps stray children, as the
+    /// demo's do), its pid may belong to another process: it is never signalled again.
+    private func stop() {
+        reaped.withLock { reaped in
+            guard !reaped else { return }
+            reaped = true
+            var status: Int32 = 0
+            // 0: still running, and ours (an unreaped child's pid is never reused), so it is safe to signal.
+            guard waitpid(pid, &status, WNOHANG) == 0 else { return }
+            ChildProcess.stop(pid, with: SIGKILL)
+        }
+    }
+
+    /// Ends the node's input: it finishes what it has, stops gracefully and exits. Its exit status, or
+    /// `nil` if something else in this process reaped it first (then only the store tells how it ended).
     func finish() -> Int32? {
         shutdown(socket, Int32(SHUT_WR))
         var status: Int32 = 0
+        var waited = true
         while waitpid(pid, &status, 0) < 0 {
-            if errno != EINTR { return nil }
+            if errno != EINTR {
+                waited = false
+                break
+            }
         }
         reaped.withLock { $0 = true }
         reader.join()
-        return status
+        return waited ? status : nil
     }
 
     deinit {
         // Killed and its output read to the end, unless kill() or finish() did that already.
         if !reaped.withLock({ $0 }) {
-            ChildProcess.stop(pid, with: SIGKILL)
+            stop()
             reader.join()
         }
         close(socket)
@@ -219,8 +238,10 @@ final class DurableNode: Sendable {
             defer { current.node = nil }
             return current.node
         }
-        let status = finished?.finish()
-        #expect(status == 0, "the last node's exit status")
+        // `nil`: another test of this process reaped it (the demo's tests reap stray children); the store
+        // below still tells whether it lost or repeated anything.
+        let status = finished?.finish() ?? nil
+        #expect(status == 0 || status == nil, "the last node's exit status")
         #expect(requests.problems.withLock { $0 }.isEmpty)
 
         // Every first answer equals every repeat of it.
