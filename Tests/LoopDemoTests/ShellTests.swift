@@ -45,7 +45,9 @@ import Glibc
             for _ in 0..<10 {
                 slow.append(
                     Task {
-                        _ = try? await shell.run("sleep 30")
+                        // Long enough that no slow sibling can end on its own while the quick ones run,
+                        // however loaded the machine (under the sanitizers the quick ones took 30 s).
+                        _ = try? await shell.run("sleep 600")
                         finishedSlow.withLock { $0 += 1 }
                     }
                 )
