@@ -110,8 +110,9 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     @inlinable
     @discardableResult
     public func send(_ event: Event, key: String? = nil) -> Delivery {
-        guard let call = storage.call(event, key: key, ticket: nil) else { return .rejected(.invalid) }
-        return deliver(key == nil ? .event(event, ticket: nil) : .call(call))
+        guard key != nil else { return deliver(.event(event, ticket: nil)) }
+        guard let call = try? storage.durableCall(event, key: key) else { return .rejected(.invalid) }
+        return deliver(.call(call))
     }
 
     @inlinable
@@ -134,17 +135,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     @inlinable
     public func sendDurably(_ event: Event, key: String? = nil) async throws -> UInt64 {
         let call = try storage.durableCall(event, key: key)
-        return try await withCheckedThrowingContinuation { continuation in
-            let ticket = callers.senders.register(continuation)
-            var input = DurableInput<State, Event>.event(event, ticket: ticket)
-            if var call {
-                call.ticket = ticket
-                input = .call(call)
-            }
-            if case .rejected(let rejection) = deliver(input) {
-                callers.senders.refuse([ticket], with: DurableLoopError.rejected(rejection))
-            }
-        }
+        return try await callers.sendDurably(event, as: call, deliver: deliver, refusal: { .rejected($0) })
     }
 
     /// Sends the event `make` builds around a new ``/LoopCore/ReplyTo`` and waits for the reply the

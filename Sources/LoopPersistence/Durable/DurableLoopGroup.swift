@@ -239,7 +239,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     @discardableResult
     public func send(_ event: Event, to id: ID, key: String? = nil) -> Delivery {
         guard let key else { return deliver(.event(event, ticket: nil), to: id) }
-        guard let call = storage.call(event, key: key, ticket: nil) else { return .rejected(.invalid) }
+        guard let call = try? storage.durableCall(event, key: key) else { return .rejected(.invalid) }
         return deliver(.call(call), to: id)
     }
 
@@ -249,17 +249,12 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     @inlinable
     public func sendDurably(_ event: Event, to id: ID, key: String? = nil) async throws -> UInt64 {
         let call = try storage.durableCall(event, key: key)
-        return try await withCheckedThrowingContinuation { continuation in
-            let ticket = callers.senders.register(continuation)
-            var input = DurableInput<State, Event>.event(event, ticket: ticket)
-            if var call {
-                call.ticket = ticket
-                input = .call(call)
-            }
-            if case .rejected(let rejection) = deliver(input, to: id) {
-                callers.senders.refuse([ticket], with: rejection == .failed ? failure(of: id) : .rejected(rejection))
-            }
-        }
+        return try await callers.sendDurably(
+            event,
+            as: call,
+            deliver: { deliver($0, to: id) },
+            refusal: { rejection in rejection == .failed ? failure(of: id) : .rejected(rejection) }
+        )
     }
 
     /// Sends the event `make` builds around a new ``/LoopCore/ReplyTo`` to the entity `id` and waits for

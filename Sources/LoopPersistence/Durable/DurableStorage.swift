@@ -133,15 +133,6 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         LoopPersistence.fingerprint(try events.encode(event))
     }
 
-    /// The call of `event` under `key` (if any) with `ticket`; `nil` if the key cannot be used or the event
-    /// of a keyed call does not encode.
-    @inlinable
-    func call(_ event: Event, key: String?, ticket: UInt64?) -> DurableCall<Event>? {
-        guard let key else { return DurableCall(event: event, ticket: ticket) }
-        guard KeyLimits.problem(with: key) == nil, let digest = try? fingerprint(of: event) else { return nil }
-        return DurableCall(event: event, key: key, fingerprint: digest, ticket: ticket)
-    }
-
     /// The call of `event` under `key`, without a ticket yet, for a sender that waits; `nil` without a key.
     ///
     /// - Throws: ``DurableLoopError/invalid(_:)`` if the key cannot be used or the event does not encode.
@@ -378,6 +369,27 @@ final class Callers<State: Sendable>: Sendable {
         senders.refuse(tickets, with: DurableLoopError.storeFailed(reason))
         readers.refuse(tickets, with: DurableLoopError.storeFailed(reason))
         requests.fail(stream, with: .storeFailed(reason))
+    }
+
+    /// Sends `event` (as `call`, when it has a key) with a new sender's ticket through `deliver`, and
+    /// returns its version once durable; a rejection is thrown as `refusal` makes it. The one way a durable
+    /// loop and a group wait for durability.
+    @inlinable
+    func sendDurably<Event>(
+        _ event: Event,
+        as call: DurableCall<Event>?,
+        deliver: (DurableInput<State, Event>) -> Delivery,
+        refusal: (Rejection) -> DurableLoopError
+    ) async throws -> UInt64 {
+        try await withCheckedThrowingContinuation { continuation in
+            let ticket = senders.register(continuation)
+            var input = DurableInput<State, Event>.event(event, ticket: ticket)
+            if var call {
+                call.ticket = ticket
+                input = .call(call)
+            }
+            if case .rejected(let rejection) = deliver(input) { senders.refuse([ticket], with: refusal(rejection)) }
+        }
     }
 
     /// The loop ended: nobody gets an answer any more.
