@@ -630,6 +630,79 @@ final class GatedStore: EventStore {
         #expect(processed.map(\.entity) == ["rich", "poor"])
         #expect(processed.allSatisfy { if case .withdraw = $0.event { true } else { false } })
     }
+
+    @Test func theReportCountsTheProgramsWorkAndTheStoresApart() async throws {
+        let store = InMemoryEventStore()
+        let accounts = Account.Group(program: Account.program, effects: Account.router, store: store, snapshotEvery: 2)
+        let running = Task { try await accounts.run() }
+        #expect(try await accounts.request(to: "a", key: "d1") { .deposit(5, replyTo: $0) } == .done(balance: 5))
+        #expect(try await accounts.request(to: "a", key: "d1") { .deposit(5, replyTo: $0) } == .done(balance: 5))
+        await #expect(throws: RequestError.keyReused("d1")) {
+            try await accounts.request(to: "a", key: "d1") { .deposit(6, replyTo: $0) }
+        }
+        #expect(try await accounts.request(to: "b") { .audit(replyTo: $0) } == .done(balance: 0))
+        #expect(try await accounts.sendDurably(.note(1), to: "b") == 3)
+        #expect(try await accounts.durableState(of: "b").notes == [1])
+        accounts.stop()
+        let report = try await running.value
+        // The programs were sent 6 events: the deposit, its repeat and the refused call (taken, not
+        // applied), the audit, its report, the note. Their effects: the deposit's answer, the audit, its
+        // answer.
+        #expect(report.eventsProcessed == 6)
+        #expect(report.eventsSent == 6)
+        #expect(report.effectsStarted == 3)
+        #expect(report.effectsCompleted == 3)
+        #expect(report.ending == .drained)
+        #expect(accounts.report == report)
+        let work = accounts.storeWork
+        #expect(work.recoveries == 2)
+        #expect(work.eventsAppended == 4)
+        #expect(work.appends >= 2 && work.appends <= 4)
+        #expect(work.snapshotsSaved >= 1)
+        #expect(work.callsRepeated == 1)
+        #expect(work.callsRefused == 1)
+        #expect(work.failures == 0)
+        // Two recoveries, an acknowledgement, an answer from the record, a refusal, a read, and the appends.
+        #expect(work.tasksRun == 2 + 1 + 1 + 1 + 1 + work.appends)
+        // What the underlying group counted is both.
+        #expect(accounts.core.report.eventsProcessed == report.eventsProcessed + work.inputsProcessed)
+        #expect(accounts.core.report.effectsStarted == report.effectsStarted + work.tasksRun)
+    }
+
+    @Test func aDurableLoopsReportAndObserverSeeOnlyTheProgram() async throws {
+        let observer = RecordingObserver<Account.Event, Account.Effect>()
+        let loop = DurableLoop(
+            stream: "a",
+            program: Account.program,
+            effects: Account.router,
+            store: InMemoryEventStore(),
+            observer: observer
+        )
+        let running = Task { try await loop.run() }
+        #expect(try await loop.request(key: "w") { .withdraw(1, replyTo: $0) } == .insufficient(balance: 0))
+        #expect(try await loop.request(key: "w") { .withdraw(1, replyTo: $0) } == .insufficient(balance: 0))
+        loop.stop()
+        let report = try await running.value
+        #expect(report.eventsProcessed == 2)
+        #expect(report.effectsStarted == 1)
+        #expect(loop.storeWork.callsRepeated == 1)
+        #expect(loop.storeWork.appends == 1)
+        #expect(observer.stoppedReports == [report])
+    }
+}
+
+/// Records what a loop's observer is shown.
+final class RecordingObserver<Event: Sendable, Effect: Sendable>: LoopObserver {
+    let seen = Locked<[LoopActivity<Event, Effect>]>([])
+
+    func observe(_ activity: LoopActivity<Event, Effect>) {
+        seen.withLock { $0.append(activity) }
+    }
+
+    /// The reports of the loop's end it was shown.
+    var stoppedReports: [LoopReport] {
+        seen.withLock { seen in seen.compactMap { if case .stopped(let report) = $0 { report } else { nil } } }
+    }
 }
 
 /// Records what a durable group's observer is shown.

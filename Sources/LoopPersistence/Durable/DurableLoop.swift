@@ -38,13 +38,15 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>
     >
 
-    /// The underlying loop, for its report and states; send through ``send(_:key:)`` and
+    /// The underlying loop, running the durable program: its report counts the store's work with the
+    /// program's (see ``report``). Send through ``send(_:key:)`` and
     /// ``sendDurably(_:key:)``.
     public let core: Core
     @usableFromInline let stream: String
     @usableFromInline let storage: DurableStorage<State, Event, Effect>
     @usableFromInline let callers: Callers<State>
     @usableFromInline let failures: Failures
+    @usableFromInline let tally: StoreTally
 
     /// Creates a durable loop keeping its events in `stream` of `store`.
     ///
@@ -80,6 +82,8 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         let callers = Callers<State>(clock: clock)
         let failures = Failures()
         self.failures = failures
+        let tally = StoreTally()
+        self.tally = tally
         self.stream = stream
         let storage = DurableStorage(store: store, events: events, states: states, keysKept: keysKept) { _ in program }
         self.storage = storage
@@ -90,13 +94,19 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
                     state: DurableState(stream: stream, initial: program.initial, keysKept: keysKept),
                     effects: [.recover(stream: stream)]
                 ),
-                update: program.durableUpdate(snapshotEvery: snapshotEvery)
+                update: tally.counting(program.durableUpdate(snapshotEvery: snapshotEvery))
             ),
-            effects: storage.router(for: router, callers: callers, failureGrace: failureGrace, failed: failures.record),
+            effects: storage.router(
+                for: router,
+                callers: callers,
+                failureGrace: failureGrace,
+                tally: tally,
+                failed: failures.record
+            ),
             sources: sources.map { source in
                 ClosureEventSource { send in try await source.run(send: send.map { .event($0, ticket: nil) }) }
             },
-            observer: observer.map { DurableObserver<State, Event, Effect>($0) },
+            observer: observer.map { DurableObserver<State, Event, Effect>($0, tally: tally) },
             clock: clock
         )
     }
@@ -118,7 +128,9 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     @inlinable
     func deliver(_ input: DurableInput<State, Event>) -> Delivery {
         if failures.any.load(ordering: .acquiring) { return .rejected(.failed) }
-        return core.send(input)
+        let delivery = core.send(input)
+        if case .read = input { tally.sent(delivery) }
+        return delivery
     }
 
     /// Sends `event` and returns once it is durable, with its version in the stream: the moment a service
@@ -213,7 +225,19 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         callers.requests.dropped.load(ordering: .relaxed)
     }
 
-    /// Runs the loop: recovers its stream, then processes events until stopped or cancelled.
+    /// What the program has done so far (once stopped, how the loop stopped): its own events and effects.
+    /// The store's work is in ``storeWork``.
+    public var report: LoopReport {
+        tally.program(core.report)
+    }
+
+    /// What the loop did for its store so far: recoveries, appends, snapshots, repeated calls.
+    public var storeWork: StoreWork {
+        tally.work
+    }
+
+    /// Runs the loop: recovers its stream, then processes events until stopped or cancelled. Returns
+    /// what the program did (see ``report``).
     ///
     /// - Throws: ``DurableLoopError/storeFailed(_:)`` when the store failed or the stream could not be
     ///   read back; a `LoopError` as ``/LoopRuntime/Loop/run()`` does.
@@ -228,7 +252,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         }
         callers.end()
         if case .failed(let reason) = core.state.phase { throw DurableLoopError.storeFailed(reason) }
-        return report
+        return tally.program(report)
     }
 
     /// Stops the loop gracefully (see ``/LoopRuntime/Loop/stop(gracePeriod:)``): appends under way finish,

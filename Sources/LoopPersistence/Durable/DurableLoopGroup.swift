@@ -55,7 +55,8 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         ID, DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>
     >
 
-    /// The underlying group, for its report; send through ``send(_:to:key:)`` and ``sendDurably(_:to:key:)``.
+    /// The underlying group, running the durable programs: its report counts the store's work with the
+    /// programs' (see ``report``). Send through ``send(_:to:key:)`` and ``sendDurably(_:to:key:)``.
     public let core: Core
     @usableFromInline let callers: Callers<State>
     @usableFromInline let storage: DurableStorage<State, Event, Effect>
@@ -65,7 +66,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     @usableFromInline let residents: Locked<Residents<ID>>
     @usableFromInline let failures: Failures
     @usableFromInline let passivated: Count
-    @usableFromInline let recovered: Count
+    @usableFromInline let tally: StoreTally
 
     /// Creates a group keeping each entity's events in its stream, `stream(id)`, each entity running the
     /// program `program(id)` (which may depend on the id, as ``/LoopRuntime/LoopGroup``'s does).
@@ -136,14 +137,14 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         let callers = Callers<State>(clock: clock)
         let failures = Failures()
         self.failures = failures
-        let recovered = Count()
-        self.recovered = recovered
+        let tally = StoreTally()
+        self.tally = tally
         // A per-entity program, from the entity's start to its recovery (which reads its stream back).
         let starting = Locked<[String: DurableProgram<State, Event, Effect>]>([:])
         // One program for all: one durable update for all, so an entity costs no closure of its own.
         let shared: (program: DurableProgram<State, Event, Effect>, update: DurableUpdate)? =
             if case .shared(let program) = source {
-                (program, program.durableUpdate(snapshotEvery: snapshotEvery))
+                (program, tally.counting(program.durableUpdate(snapshotEvery: snapshotEvery)))
             } else {
                 nil
             }
@@ -163,10 +164,12 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
                 let (program, update): (DurableProgram<State, Event, Effect>, DurableUpdate)
                 switch source {
                 case .shared(let one):
-                    (program, update) = (one, shared?.update ?? one.durableUpdate(snapshotEvery: snapshotEvery))
+                    (program, update) = (
+                        one, shared?.update ?? tally.counting(one.durableUpdate(snapshotEvery: snapshotEvery))
+                    )
                 case .perEntity(let make):
                     program = make(id)
-                    update = program.durableUpdate(snapshotEvery: snapshotEvery)
+                    update = tally.counting(program.durableUpdate(snapshotEvery: snapshotEvery))
                     starting.withLock { $0[name] = program }
                 }
                 return Program(
@@ -181,7 +184,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
                 for: router,
                 callers: callers,
                 failureGrace: failureGrace,
-                recovered: recovered.count,
+                tally: tally,
                 failed: failures.record
             ),
             observer: observer.map { observer in
@@ -327,6 +330,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
                 return passivation.maximumLive.map { residents.count > $0 } ?? false
             }
         var delivery = core.send(input, to: id)
+        if case .read = input { tally.sent(delivery) }
         // A loop passivated after this sender found it refuses; looking again starts a new one.
         var attempts = 0
         while case .rejected(let rejection) = delivery, rejection == .stopping || rejection == .stopped,
@@ -334,6 +338,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         {
             attempts += 1
             delivery = core.send(input, to: id)
+            if case .read = input { tally.sent(delivery) }
         }
         if overflowing { passivateOldest() }
         return delivery
@@ -369,7 +374,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     /// How many times an entity was recovered (read back from its stream) so far: once per start of an
     /// entity, so after passivation too.
     public var recoveries: Int {
-        recovered.value.load(ordering: .relaxed)
+        tally.recoveries.load(ordering: .relaxed)
     }
 
     /// How many entities were passivated so far.
@@ -383,7 +388,19 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         failures.reasons.withLock { $0 }
     }
 
-    /// Runs the group until stopped or cancelled; passivates idle entities meanwhile.
+    /// What the programs have done so far (once stopped, how the group stopped): their own events and
+    /// effects, summed over every entity, passivated ones included. The store's work is in ``storeWork``.
+    public var report: LoopReport {
+        tally.program(core.report)
+    }
+
+    /// What the group did for its store so far: recoveries, appends, snapshots, repeated calls.
+    public var storeWork: StoreWork {
+        tally.work
+    }
+
+    /// Runs the group until stopped or cancelled; passivates idle entities meanwhile. Returns what the
+    /// programs did (see ``report``).
     @discardableResult
     public func run() async throws -> LoopReport {
         let sweeper = passivation.idleAfter.map { interval in
@@ -398,7 +415,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         do {
             let report = try await core.run()
             callers.end()
-            return report
+            return tally.program(report)
         } catch {
             callers.end()
             throw error

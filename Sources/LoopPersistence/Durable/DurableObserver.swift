@@ -6,15 +6,29 @@ public import LoopRuntime
 public struct DurableObserver<State: Sendable, Event: Sendable, Effect: Sendable>: LoopObserver {
     /// The observer shown the program's activity.
     public let observer: any LoopObserver<Event, Effect>
+    /// The loop's count of its store's work, taken out of the report of its end.
+    @usableFromInline let tally: StoreTally?
 
     /// Shows `observer` the program's activity.
     public init(_ observer: any LoopObserver<Event, Effect>) {
         self.observer = observer
+        self.tally = nil
+    }
+
+    /// Shows `observer` the activity of the program of the loop whose store's work `tally` counts.
+    @usableFromInline
+    init(_ observer: any LoopObserver<Event, Effect>, tally: StoreTally) {
+        self.observer = observer
+        self.tally = tally
     }
 
     /// Passes on `activity` if it is the program's.
     public func observe(_ activity: LoopActivity<DurableInput<State, Event>, DurableEffect<State, Event, Effect>>) {
-        if let mapped = Self.program(activity) { observer.observe(mapped) }
+        if case .stopped(let report) = activity, let tally {
+            observer.observe(.stopped(tally.program(report)))
+        } else if let mapped = Self.program(activity) {
+            observer.observe(mapped)
+        }
     }
 
     /// The program's view of `activity`, or `nil` for the store's work.

@@ -155,7 +155,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         for effects: EffectRouter<Effect, Event>,
         callers: Callers<State>,
         failureGrace: Duration,
-        recovered: @escaping @Sendable () -> Void = {},
+        tally: StoreTally,
         failed: @escaping @Sendable (_ stream: String, _ reason: String) -> Void = { _, _ in }
     ) -> EffectRouter<DurableEffect<State, Event, Effect>, DurableInput<State, Event>> {
         let storage = self
@@ -168,11 +168,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             )
             .route(
                 { if case .recover(let stream) = $0 { stream } else { nil } },
-                to: ClosureEffectHandler { stream, send in
-                    let input = await storage.recover(stream)
-                    if case .recovered = input { recovered() }
-                    send(input)
-                }
+                to: ClosureEffectHandler { stream, send in await storage.recover(stream, send: send, tally: tally) }
             )
             .route(
                 { effect -> Append? in
@@ -188,35 +184,28 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                         keys: keys
                     )
                 },
-                to: ClosureEffectHandler { append, send in
-                    let outcome = await storage.append(
-                        append.events,
-                        notes: append.notes,
-                        to: append.stream,
-                        expecting: append.expecting
-                    )
-                    // Acknowledged first: the snapshot is saved after, while the next batch is under way.
-                    send(outcome)
-                    guard case .recorded(let version) = outcome, let snapshot = append.snapshot else { return }
-                    if let failure = await storage.save(snapshot, keys: append.keys, of: append.stream, at: version) {
-                        send(failure)
-                    }
-                }
+                to: ClosureEffectHandler { append, send in await storage.perform(append, send: send, tally: tally) }
             )
             .route(
                 { if case .acknowledge(let acknowledgements) = $0 { acknowledgements } else { nil } },
                 to: ClosureSyncEffectHandler { acknowledgements, _ in
+                    tally.ran()
                     callers.senders.resolve(acknowledgements.map { ($0.ticket, $0.version) })
                 }
             )
             .route(
-                { effect -> (String, ReplyDelivery)? in
+                { effect -> (stream: String, delivery: ReplyDelivery, recorded: Bool)? in
                     switch effect {
-                    case .reply(_, let stream, let delivery), .answer(let stream, let delivery): (stream, delivery)
+                    case .reply(_, let stream, let delivery): (stream, delivery, false)
+                    case .answer(let stream, let delivery): (stream, delivery, true)
                     default: nil
                     }
                 },
-                to: ClosureSyncEffectHandler { reply, _ in callers.requests.deliver(reply.1, in: reply.0) }
+                to: ClosureSyncEffectHandler { reply, _ in
+                    // A reply is the program's effect; an answer from the record is the store's.
+                    if reply.recorded { tally.ran() }
+                    callers.requests.deliver(reply.delivery, in: reply.stream)
+                }
             )
             .route(
                 { effect -> (String, UInt64?, UInt64?, CallRefusal)? in
@@ -227,6 +216,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                     }
                 },
                 to: ClosureSyncEffectHandler { refusal, _ in
+                    tally.ran()
+                    tally.callsRefused.add(1, ordering: .relaxed)
                     callers.refuse(refusal.1, reply: refusal.2, in: refusal.0, refusal.3)
                 }
             )
@@ -234,7 +225,10 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 { effect -> ([UInt64], State)? in
                     if case .read(let tickets, let state) = effect { (tickets, state) } else { nil }
                 },
-                to: ClosureSyncEffectHandler { read, _ in callers.readers.resolve(read.0.map { ($0, read.1) }) }
+                to: ClosureSyncEffectHandler { read, _ in
+                    tally.ran()
+                    callers.readers.resolve(read.0.map { ($0, read.1) })
+                }
             )
             .route(
                 { effect -> (stream: String, tickets: [UInt64], reason: String)? in
@@ -245,11 +239,54 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                     }
                 },
                 to: ClosureSyncEffectHandler { failure, _ in
+                    tally.ran()
                     failed(failure.stream, failure.reason)
                     callers.fail(failure.tickets, in: failure.stream, reason: failure.reason)
                 }
             )
             .stopLoop { if case .stop = $0 { failureGrace } else { nil } }
+    }
+
+    /// Reads `stream` back and sends the loop what it found.
+    @inlinable
+    func recover(_ stream: String, send: Send<DurableInput<State, Event>>, tally: StoreTally) async {
+        tally.tasksRun.add(1, ordering: .relaxed)
+        defer { tally.tasksEnded.add(1, ordering: .relaxed) }
+        let input = await recover(stream)
+        if case .recovered = input {
+            tally.recoveries.add(1, ordering: .relaxed)
+        } else {
+            tally.failures.add(1, ordering: .relaxed)
+        }
+        tally.sent(send(input))
+    }
+
+    /// Appends what `append` asks for and sends the loop the outcome; then saves its snapshot, if any.
+    @inlinable
+    func perform(_ append: Append, send: Send<DurableInput<State, Event>>, tally: StoreTally) async {
+        tally.tasksRun.add(1, ordering: .relaxed)
+        defer { tally.tasksEnded.add(1, ordering: .relaxed) }
+        let outcome = await self.append(
+            append.events,
+            notes: append.notes,
+            to: append.stream,
+            expecting: append.expecting
+        )
+        if case .recorded = outcome {
+            tally.appends.add(1, ordering: .relaxed)
+            tally.eventsAppended.add(append.events.count, ordering: .relaxed)
+        } else {
+            tally.failures.add(1, ordering: .relaxed)
+        }
+        // Acknowledged first: the snapshot is saved after, while the next batch is under way.
+        tally.sent(send(outcome))
+        guard case .recorded(let version) = outcome, let snapshot = append.snapshot else { return }
+        if let failure = await save(snapshot, keys: append.keys, of: append.stream, at: version) {
+            tally.snapshotsFailed.add(1, ordering: .relaxed)
+            tally.sent(send(failure))
+        } else {
+            tally.snapshotsSaved.add(1, ordering: .relaxed)
+        }
     }
 
     /// What an `.append` asks for.
