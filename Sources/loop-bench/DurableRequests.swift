@@ -103,6 +103,7 @@ extension Workloads {
         var p50s: [Double] = []
         var p99s: [Double] = []
         var perSync: [Double] = []
+        var processor: [Double] = []
         var ok = true
         for _ in 0..<sizes.runs {
             let directory = scratchStore("w13")
@@ -116,7 +117,9 @@ extension Workloads {
             )
             let running = Task { try await group.run() }
             _ = await group.waitUntilRunning()
+            let used = Measure.processorSeconds()
             let run = try await Deposits.run(group, requesters: requesters, each: each, entities: entities, keyed: true)
+            processor.append((Measure.processorSeconds() - used) * 1e6 / Double(total))
             let balances = (0..<entities).reduce(0) { $0 + (group.state(of: $1)?.balance ?? 0) }
             group.stop()
             _ = try await running.value
@@ -140,6 +143,7 @@ extension Workloads {
             extra: [
                 ("p50_ms", Measure.median(p50s)), ("p99_ms", Measure.median(p99s)),
                 ("p99_ms_max", p99s.max() ?? 0), ("events_per_sync", Measure.median(perSync)),
+                ("cpu_us_per_request", Measure.median(processor)),
             ],
             rates: rates
         )

@@ -57,6 +57,37 @@ import Testing
         #expect(try BinaryCodec<[Kind]>().decode(BinaryCodec<[Kind]>().encode([])) == [])
     }
 
+    /// The form is what the store holds: its bytes never change. A keyed container is its tag, the
+    /// length of its body, then the body: the count of entries, and each key (length, UTF-8) with its value.
+    @Test func theFormIsStable() throws {
+        struct Pair: Codable, Equatable {
+            var a: Int
+            var b: [String]
+        }
+        let bytes = try BinaryCodec<Pair>().encode(Pair(a: -2, b: ["hi"]))
+        #expect(
+            bytes == [
+                8, 14, 2,  // keyed, 14 bytes of body, 2 entries
+                1, 97, 3, 3,  // "a": signed, zigzag(-2) = 3
+                1, 98, 9, 5, 1, 7, 2, 104, 105,  // "b": unkeyed, 5 bytes, 1 item: string "hi"
+            ]
+        )
+    }
+
+    /// Containers whose bodies need lengths of two and three bytes come back whole.
+    @Test func longContainersRoundTrip() throws {
+        struct Long: Codable, Equatable {
+            var names: [String]
+            var inner: [String: [Int]]
+        }
+        let long = Long(
+            names: (0..<3_000).map { "name \($0)" },
+            inner: ["x": Array(0..<100), String(repeating: "k", count: 200): Array(0..<20_000)]
+        )
+        let codec = BinaryCodec<Long>()
+        #expect(try codec.decode(codec.encode(long)) == long)
+    }
+
     @Test func itIsSmallerThanJSON() throws {
         let binary = try BinaryCodec<Everything>().encode(Self.sample)
         let json = try JSONCodec<Everything>().encode(Self.sample)

@@ -25,9 +25,10 @@ public struct BinaryCodec<Value: Codable>: EventCodec {
         } catch {
             throw CodecError("cannot encode \(Value.self): \(CodingErrors.describe(error))")
         }
+        let node = encoder.slot.node
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(32)
-        encoder.slot.node.write(to: &bytes)
+        bytes.reserveCapacity(node.size)
+        node.write(to: &bytes)
         return bytes
     }
 
@@ -100,6 +101,12 @@ enum BinaryTag {
         case unkeyed: "an unkeyed container"
         default: "an unknown tag \(tag)"
         }
+    }
+
+    /// How many bytes ``putVarint(_:_:)`` writes for `value`.
+    static func varintSize(_ value: UInt64) -> Int {
+        // 7 bits a byte; at least one.
+        max(1, (64 - value.leadingZeroBitCount + 6) / 7)
     }
 
     static func putVarint(_ value: UInt64, _ bytes: inout [UInt8]) {

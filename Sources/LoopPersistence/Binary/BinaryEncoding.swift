@@ -15,6 +15,25 @@ enum BinaryEncoding {
         /// A value still to be filled in (by a nested or super encoder).
         case slot(Slot)
 
+        /// How many bytes ``write(to:)`` appends. A container's size is worked out once and kept, so
+        /// writing a tree costs one pass over it, with no buffer of its own per container.
+        var size: Int {
+            switch self {
+            case .null, .bool: 1
+            case .signed(let value): 1 + BinaryTag.varintSize(UInt64(bitPattern: (value << 1) ^ (value >> 63)))
+            case .unsigned(let value): 1 + BinaryTag.varintSize(value)
+            case .double: 9
+            case .float: 5
+            case .string(let value):
+                1 + BinaryTag.varintSize(UInt64(value.utf8.count)) + value.utf8.count
+            case .keyed(let keyed):
+                1 + BinaryTag.varintSize(UInt64(keyed.bodySize)) + keyed.bodySize
+            case .unkeyed(let unkeyed):
+                1 + BinaryTag.varintSize(UInt64(unkeyed.bodySize)) + unkeyed.bodySize
+            case .slot(let slot): slot.node.size
+            }
+        }
+
         func write(to bytes: inout [UInt8]) {
             switch self {
             case .null: bytes.append(BinaryTag.null)
@@ -33,44 +52,65 @@ enum BinaryEncoding {
                 withUnsafeBytes(of: value.bitPattern.littleEndian) { bytes += $0 }
             case .string(let value):
                 bytes.append(BinaryTag.string)
-                var value = value
-                value.withUTF8 { utf8 in
-                    BinaryTag.putVarint(UInt64(utf8.count), &bytes)
-                    bytes += utf8
-                }
+                Self.put(value, &bytes)
             case .keyed(let keyed):
-                var body: [UInt8] = []
-                BinaryTag.putVarint(UInt64(keyed.entries.count), &body)
-                for (key, node) in keyed.entries {
-                    var key = key
-                    key.withUTF8 { utf8 in
-                        BinaryTag.putVarint(UInt64(utf8.count), &body)
-                        body += utf8
-                    }
-                    node.write(to: &body)
-                }
                 bytes.append(BinaryTag.keyed)
-                BinaryTag.putVarint(UInt64(body.count), &bytes)
-                bytes += body
+                BinaryTag.putVarint(UInt64(keyed.bodySize), &bytes)
+                BinaryTag.putVarint(UInt64(keyed.entries.count), &bytes)
+                for (key, node) in keyed.entries {
+                    Self.put(key, &bytes)
+                    node.write(to: &bytes)
+                }
             case .unkeyed(let unkeyed):
-                var body: [UInt8] = []
-                BinaryTag.putVarint(UInt64(unkeyed.items.count), &body)
-                for node in unkeyed.items { node.write(to: &body) }
                 bytes.append(BinaryTag.unkeyed)
-                BinaryTag.putVarint(UInt64(body.count), &bytes)
-                bytes += body
+                BinaryTag.putVarint(UInt64(unkeyed.bodySize), &bytes)
+                BinaryTag.putVarint(UInt64(unkeyed.items.count), &bytes)
+                for node in unkeyed.items { node.write(to: &bytes) }
             case .slot(let slot):
                 slot.node.write(to: &bytes)
+            }
+        }
+
+        /// `text`'s length, then its UTF-8 bytes.
+        static func put(_ text: String, _ bytes: inout [UInt8]) {
+            var text = text
+            text.withUTF8 { utf8 in
+                BinaryTag.putVarint(UInt64(utf8.count), &bytes)
+                bytes += utf8
             }
         }
     }
 
     final class Keyed {
         var entries: [(String, Node)] = []
+        private var measured: Int?
+
+        /// The bytes of the entries, with their count before them. Measured when the tree is written,
+        /// once it is complete.
+        var bodySize: Int {
+            if let measured { return measured }
+            var size = BinaryTag.varintSize(UInt64(entries.count))
+            for (key, node) in entries {
+                let length = key.utf8.count
+                size += BinaryTag.varintSize(UInt64(length)) + length + node.size
+            }
+            measured = size
+            return size
+        }
     }
 
     final class Unkeyed {
         var items: [Node] = []
+        private var measured: Int?
+
+        /// The bytes of the items, with their count before them (see ``Keyed/bodySize``).
+        var bodySize: Int {
+            if let measured { return measured }
+            var size = BinaryTag.varintSize(UInt64(items.count))
+            for node in items { size += node.size }
+            measured = size
+            return size
+        }
     }
 
     final class Slot {
@@ -120,28 +160,33 @@ enum BinaryEncoding {
 
         /// The node of `value`: primitives directly, anything else through its `encode(to:)`.
         static func node<T: Encodable>(of value: T, at path: [any CodingKey]) throws -> Node {
-            switch value {
-            case let value as String: return .string(value)
-            case let value as Int: return .signed(Int64(value))
-            case let value as Bool: return .bool(value)
-            case let value as Double: return .double(value)
-            case let value as UInt64: return .unsigned(value)
-            case let value as Int64: return .signed(value)
-            default:
-                guard path.count <= maximumDepth else {
-                    throw EncodingError.invalidValue(
-                        value,
-                        .init(
-                            codingPath: Array(path.prefix(8)),
-                            debugDescription: "nesting deeper than \(maximumDepth) levels"
-                        )
+            // Compared as types, not cast: a failed dynamic cast per primitive is most of an event's cost.
+            if let primitive = primitive(value) { return primitive }
+            guard path.count <= maximumDepth else {
+                throw EncodingError.invalidValue(
+                    value,
+                    .init(
+                        codingPath: Array(path.prefix(8)),
+                        debugDescription: "nesting deeper than \(maximumDepth) levels"
                     )
-                }
-                let encoder = Encoder(path: path)
-                try value.encode(to: encoder)
-                return encoder.slot.node
+                )
             }
+            let encoder = Encoder(path: path)
+            try value.encode(to: encoder)
+            return encoder.slot.node
         }
+    }
+
+    /// `value`'s node if it is one of the primitives containers take directly.
+    @inline(__always)
+    static func primitive<T>(_ value: T) -> Node? {
+        if T.self == String.self { return .string(unsafeBitCast(value, to: String.self)) }
+        if T.self == Int.self { return .signed(Int64(unsafeBitCast(value, to: Int.self))) }
+        if T.self == UInt64.self { return .unsigned(unsafeBitCast(value, to: UInt64.self)) }
+        if T.self == Bool.self { return .bool(unsafeBitCast(value, to: Bool.self)) }
+        if T.self == Double.self { return .double(unsafeBitCast(value, to: Double.self)) }
+        if T.self == Int64.self { return .signed(unsafeBitCast(value, to: Int64.self)) }
+        return nil
     }
 
     struct KeyedContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
