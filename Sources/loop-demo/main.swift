@@ -36,8 +36,8 @@ let executable: String = {
 // LoopDemo/JobRunner+Update.swift; this file only wires services, sources and the loop together.
 
 let usage = """
-    usage: loop-demo [--stdin] [--journal FILE | --store DIR]
-           loop-demo replay FILE | replay --store DIR
+    usage: loop-demo [--stdin] [--journal FILE | --store DIR [--accept-loss]]
+           loop-demo replay FILE | replay --store DIR [--accept-loss]
            loop-demo --help | --version
 
     With no arguments, runs a built-in scenario of a dozen jobs and prints a summary.
@@ -48,6 +48,8 @@ let usage = """
       --store DIR      a durable run: every event is on disk in DIR before its effects start; after a
                        crash (even kill -9), the same command with the same DIR continues the run:
                        finished jobs never run again, running ones start again (at least once)
+      --accept-loss    with --store, open a store that lost acknowledged events (a log file deleted
+                       or cut short) instead of refusing it; what is gone is printed first
       node --postgres CONNINFO [--name NAME]
                        run one node of the job runner as a cluster, until SIGTERM (it then hands its
                        jobs' shards over to the other nodes)
@@ -60,8 +62,9 @@ let usage = """
       replay FILE      replay a journal through the pure logic, check its digests, print the final state
       replay --store DIR
                        replay a store's events through the pure logic, check them against its
-                       snapshot, print the final state (it recovers the store as a restart would:
-                       an unfinished last write is cut)
+                       snapshot, print the final state; it only reads the store (nothing is cut or
+                       written, so it works on a store in use or on a read-only file system), and
+                       skips an unfinished last write
     SIGINT, SIGTERM or SIGHUP shuts down gracefully: running jobs get 2 seconds, then are killed.
     A second one stops at once: running jobs are killed, and the summary is still printed.
     A failed job is retried with a backoff doubling from 100 ms, at most 60 s between attempts.
@@ -84,13 +87,13 @@ func printError(_ text: String) {
 }
 
 enum Mode {
-    case run(stdin: Bool, journal: String?, acks: Bool, store: String?)
+    case run(stdin: Bool, journal: String?, acks: Bool, store: String?, acceptLoss: Bool)
     case node(conninfo: String, name: String?)
     case submit(conninfo: String, words: [String])
     case jobs(conninfo: String)
     case clusterDemo
     case replay(String)
-    case replayStore(String)
+    case replayStore(String, acceptLoss: Bool)
     case help
     case version
 }
@@ -128,12 +131,17 @@ func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
     }
     if arguments == ["cluster-demo"] { return .success(.clusterDemo) }
     if arguments.first == "replay" {
-        if arguments.count == 3 && arguments[1] == "--store" { return .success(.replayStore(arguments[2])) }
+        if arguments.count >= 3 && arguments.count <= 4 && arguments[1] == "--store"
+            && (arguments.count == 3 || arguments[3] == "--accept-loss")
+        {
+            return .success(.replayStore(arguments[2], acceptLoss: arguments.count == 4))
+        }
         guard arguments.count == 2 else { return .failure(CommandError(description: "replay takes one journal file")) }
         return .success(.replay(arguments[1]))
     }
     var stdin = false
     var acks = false
+    var acceptLoss = false
     var journal: String?
     var store: String?
     var index = 0
@@ -143,6 +151,8 @@ func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
             stdin = true
         case "--acks":
             acks = true
+        case "--accept-loss":
+            acceptLoss = true
         case "--journal":
             guard index + 1 < arguments.count else {
                 return .failure(CommandError(description: "--journal needs a file"))
@@ -161,10 +171,13 @@ func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
         index += 1
     }
     guard !acks || journal != nil else { return .failure(CommandError(description: "--acks needs --journal")) }
+    guard !acceptLoss || store != nil else {
+        return .failure(CommandError(description: "--accept-loss needs --store"))
+    }
     guard journal == nil || store == nil else {
         return .failure(CommandError(description: "--journal and --store cannot be used together"))
     }
-    return .success(.run(stdin: stdin, journal: journal, acks: acks, store: store))
+    return .success(.run(stdin: stdin, journal: journal, acks: acks, store: store, acceptLoss: acceptLoss))
 }
 
 let program = JobRunner.program(limit: 3)
@@ -198,14 +211,18 @@ func replay(_ path: String) -> Int32 {
 
 /// Replays the store in `directory` from its first event, checks the fold against the latest snapshot,
 /// and prints the final state. One page of events in memory at a time.
-func replayStore(_ directory: String) async -> Int32 {
+func replayStore(_ directory: String, acceptLoss: Bool) async -> Int32 {
     // Opening a store creates one where there is none: a replay must find one there instead.
-    guard (FileSystem.entries(of: directory) ?? []).contains(where: { $0.hasPrefix("segment-") }) else {
+    // A store is its log files, or its manifest (which names the log files even if they are gone).
+    guard
+        (FileSystem.entries(of: directory) ?? []).contains(where: { $0.hasPrefix("segment-") || $0 == "store.manifest" }
+        )
+    else {
         printError("loop-demo: no store in \(directory)")
         return 66
     }
     let store: FileEventStore
-    switch openStore(directory) {
+    switch openStore(directory, readOnly: true, acceptLoss: acceptLoss) {
     case .success(let opened): store = opened
     case .failure(let status): return status.code
     }
@@ -222,7 +239,7 @@ func replayStore(_ directory: String) async -> Int32 {
     }
 }
 
-func run(stdin: Bool, journalPath: String?, acks: Bool, storePath: String?) async -> Int32 {
+func run(stdin: Bool, journalPath: String?, acks: Bool, storePath: String?, acceptLoss: Bool) async -> Int32 {
     let console = Console.standardOutput()
     // What the `metrics` command prints: counts and update latencies per event and effect case.
     let metrics = MetricsObserver<JobRunner.Event, JobRunner.Effect>()
@@ -262,7 +279,14 @@ func run(stdin: Bool, journalPath: String?, acks: Bool, storePath: String?) asyn
         }
     }
     if let storePath {
-        return await runDurably(storePath, router: router, sources: sources, console: console, metrics: metrics)
+        return await runDurably(
+            storePath,
+            acceptLoss: acceptLoss,
+            router: router,
+            sources: sources,
+            console: console,
+            metrics: metrics
+        )
     }
     let loop = Loop(
         program: program,
@@ -298,12 +322,25 @@ func printSummary(_ state: JobRunner.State, report: LoopReport, console: Console
     print("loop: \(report)")
 }
 
-/// Opens the store in `directory`, or says why not and gives the exit status: 65 for a damaged store,
-/// 73 for one that cannot be opened (another process holds it, or an I/O error).
-func openStore(_ directory: String) -> Result<FileEventStore, ExitStatus> {
+/// Opens the store in `directory`, or says why not and gives the exit status: 65 for a damaged store
+/// (or one that lost acknowledged events, unless `acceptLoss`), 73 for one that cannot be opened
+/// (another process holds it, or an I/O error).
+func openStore(_ directory: String, readOnly: Bool = false, acceptLoss: Bool) -> Result<FileEventStore, ExitStatus> {
     do {
-        let store = try FileEventStore(directory: directory)
-        if let cut = store.recovery.truncated { printError("loop-demo: recovered the store: \(cut)") }
+        let store = try FileEventStore(
+            directory: directory,
+            options: FileEventStore.Options(readOnly: readOnly, acceptLoss: acceptLoss)
+        )
+        if let lost = store.recovery.lost { printError("loop-demo: opened the store accepting a loss: \(lost)") }
+        if let tail = store.recovery.truncated {
+            if readOnly {
+                printError(
+                    "loop-demo: skipped \(tail.bytes) bytes of an unfinished write at offset \(tail.offset) of \(tail.file)"
+                )
+            } else {
+                printError("loop-demo: recovered the store: \(tail)")
+            }
+        }
         return .success(store)
     } catch {
         printError("loop-demo: \(error)")
@@ -335,13 +372,14 @@ struct ExitStatus: Error {
 /// The job runner as a durable loop over a file store in `directory`.
 func runDurably(
     _ directory: String,
+    acceptLoss: Bool,
     router: EffectRouter<JobRunner.Effect, JobRunner.Event>,
     sources: [any EventSource<JobRunner.Event>],
     console: Console,
     metrics: MetricsObserver<JobRunner.Event, JobRunner.Effect>
 ) async -> Int32 {
     let store: FileEventStore
-    switch openStore(directory) {
+    switch openStore(directory, acceptLoss: acceptLoss) {
     case .success(let opened): store = opened
     case .failure(let status): return status.code
     }
@@ -384,10 +422,10 @@ case .success(.version):
     exit(0)
 case .success(.replay(let path)):
     exit(replay(path))
-case .success(.replayStore(let directory)):
-    exit(await replayStore(directory))
-case .success(.run(let stdin, let journal, let acks, let store)):
-    exit(await run(stdin: stdin, journalPath: journal, acks: acks, storePath: store))
+case .success(.replayStore(let directory, let acceptLoss)):
+    exit(await replayStore(directory, acceptLoss: acceptLoss))
+case .success(.run(let stdin, let journal, let acks, let store, let acceptLoss)):
+    exit(await run(stdin: stdin, journalPath: journal, acks: acks, storePath: store, acceptLoss: acceptLoss))
 case .success(.node(let conninfo, let name)):
     exit(await runNode(conninfo: conninfo, name: name))
 case .success(.submit(let conninfo, let words)):

@@ -66,6 +66,9 @@ import Testing
             until grep -q 'a succeeded' '\(scratch)/out' || ! kill -0 $pid 2>/dev/null; do sleep 0.005; done
             "$DEMO" --store '\(scratch)/store'
             echo "second=$?"
+            # A replay only reads: it works on the store the first holds.
+            "$DEMO" replay --store '\(scratch)/store' > '\(scratch)/replay' 2>&1
+            echo "replay=$?"
             exec 3>&-
             wait $pid
             echo "first=$?"
@@ -74,6 +77,9 @@ import Testing
         #expect(result.output.contains("second=73"), "\(result.output)")
         #expect(result.output.contains("is in use by process"), "\(result.output)")
         #expect(result.output.contains("first=0"), "\(result.output)")
+        #expect(result.output.contains("replay=0"), "\(result.output)")
+        let during = String(decoding: FileSystem.bytes(at: "\(scratch)/replay"), as: UTF8.self)
+        #expect(during.contains("a     succeeded"), "\(during)")
         let replay = try await Demo.sh("\"$DEMO\" replay --store '\(scratch)/store'")
         #expect(replay.status == 0)
         #expect(replay.output.contains("a     succeeded") && replay.output.contains("replayed "), "\(replay.output)")
@@ -123,6 +129,25 @@ import Testing
             #expect(result.status == 65, "\(command): \(result.output)")
             #expect(result.output.contains("corrupted data at \(log) at offset 0"), "\(command): \(result.output)")
         }
+    }
+
+    /// A log file deleted under a store is loss: refused, naming it, unless the operator accepts it.
+    @Test func aDeletedLogFileIsRefusedUnlessTheLossIsAccepted() async throws {
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let run = try await Demo.sh("printf 'run a -- true\\n' | \"$DEMO\" --stdin --store '\(scratch)/store'")
+        #expect(run.status == 0, "\(run.output)")
+        let log = "\(scratch)/store/segment-00000000.log"
+        try FileManager.default.removeItem(atPath: log)
+        for command in ["replay --store '\(scratch)/store'", "--stdin --store '\(scratch)/store' < /dev/null"] {
+            let refused = try await Demo.sh("\"$DEMO\" \(command)")
+            #expect(refused.status == 65, "\(command): \(refused.output)")
+            #expect(refused.output.contains("acknowledged events are gone: \(log) is missing"), "\(refused.output)")
+            #expect(refused.output.contains("--accept-loss"), "\(refused.output)")
+        }
+        let accepted = try await Demo.sh("\"$DEMO\" --stdin --store '\(scratch)/store' --accept-loss < /dev/null")
+        #expect(accepted.status == 0, "\(accepted.output)")
+        #expect(accepted.output.contains("opened the store accepting a loss"), "\(accepted.output)")
     }
 
     @Test func versionPrintsTheVersion() async throws {

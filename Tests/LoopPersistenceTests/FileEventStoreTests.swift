@@ -115,8 +115,11 @@ import Glibc
         let store = try FileEventStore(directory: directory.path)
         _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
         let good = try directory.size(of: "segment-00000000.log")
+        // The process dies here: its manifest is the one it wrote when it opened.
+        let manifest = try directory.contents(of: "store.manifest")
         _ = try await store.append([Self.payload(2), Self.payload(3)], to: "s", expecting: 1)
         await store.close()
+        try directory.write(manifest, to: "store.manifest")
         let whole = try [UInt8](Data(contentsOf: URL(fileURLWithPath: log)))
         for cut in (good + 1)..<whole.count {
             try Data(whole.prefix(cut)).write(to: URL(fileURLWithPath: log))
@@ -528,8 +531,10 @@ final class FaultyIO: StoreIO {
 final class TemporaryDirectory: Sendable {
     let path: String
 
-    init() throws {
-        var template = Array((NSTemporaryDirectory() + "effectloop-store-XXXXXX").utf8CString)
+    /// A new directory in `parent` (the system's temporary directory by default).
+    init(in parent: String? = nil) throws {
+        let parent = parent.map { $0 + "/" } ?? NSTemporaryDirectory()
+        var template = Array((parent + "effectloop-store-XXXXXX").utf8CString)
         guard let made = template.withUnsafeMutableBufferPointer({ $0.baseAddress.flatMap(mkdtemp) }) else {
             throw CocoaError(.fileWriteUnknown)
         }
@@ -554,6 +559,14 @@ final class TemporaryDirectory: Sendable {
         defer { try? handle.close() }
         try handle.seekToEnd()
         try handle.write(contentsOf: Data(bytes))
+    }
+
+    func contents(of name: String) throws -> [UInt8] {
+        try [UInt8](Data(contentsOf: URL(fileURLWithPath: path + "/" + name)))
+    }
+
+    func write(_ bytes: [UInt8], to name: String) throws {
+        try Data(bytes).write(to: URL(fileURLWithPath: path + "/" + name))
     }
 
     func flipByte(at offset: Int, of name: String) throws {

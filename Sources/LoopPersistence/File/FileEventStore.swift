@@ -37,10 +37,20 @@ public final class FileEventStore: EventStore {
     public struct Options: Sendable {
         /// The size past which the store starts a new log file (64 MiB by default).
         public var segmentBytes: Int
+        /// Open the store to read it only: nothing in the directory is created, locked, cut or written,
+        /// so it works on a store another process has open (it reads the committed part, as of the
+        /// open) and on a read-only file system. Appends and saves fail with `unavailable`.
+        public var readOnly: Bool
+        /// Open the store even when acknowledged events are gone (a log file deleted or cut short
+        /// since the store last wrote its manifest); what is gone is in ``Recovery/lost``. Without it,
+        /// such a store does not open.
+        public var acceptLoss: Bool
 
-        /// Options with the defaults.
-        public init(segmentBytes: Int = 64 * 1_024 * 1_024) {
+        /// Options with the defaults: 64 MiB log files, read and write, no loss accepted.
+        public init(segmentBytes: Int = 64 * 1_024 * 1_024, readOnly: Bool = false, acceptLoss: Bool = false) {
             self.segmentBytes = segmentBytes
+            self.readOnly = readOnly
+            self.acceptLoss = acceptLoss
         }
     }
 
@@ -53,16 +63,39 @@ public final class FileEventStore: EventStore {
         /// The events found, over every stream.
         public var events: UInt64
         /// A torn tail cut off the last log file, if there was one: a write that did not finish, so
-        /// never acknowledged.
+        /// never acknowledged. A store opened read-only cuts nothing: this is then the part it did not
+        /// read.
         public var truncated: TruncatedTail?
+        /// Acknowledged events found gone, when the store was opened with ``Options/acceptLoss``.
+        public var lost: Loss?
 
         /// Creates a description of an opening.
-        public init(segments: Int, streams: Int, events: UInt64, truncated: TruncatedTail?) {
+        public init(segments: Int, streams: Int, events: UInt64, truncated: TruncatedTail?, lost: Loss? = nil) {
             self.segments = segments
             self.streams = streams
             self.events = events
             self.truncated = truncated
+            self.lost = lost
         }
+    }
+
+    /// Acknowledged events that are gone from the log: what the store's manifest counted and the log no
+    /// longer holds.
+    public struct Loss: Hashable, Sendable, CustomStringConvertible {
+        /// How many events are gone (at least: events appended after the manifest was written are not
+        /// counted in it).
+        public var events: UInt64
+        /// What is missing, in words: the file, and where it ends.
+        public var reason: String
+
+        /// Creates a description of a loss.
+        public init(events: UInt64, reason: String) {
+            self.events = events
+            self.reason = reason
+        }
+
+        /// A sentence for a log.
+        public var description: String { "\(events) acknowledged events are gone: \(reason)" }
     }
 
     /// An incomplete record at the end of the log, removed on open.
@@ -138,20 +171,58 @@ public final class FileEventStore: EventStore {
         self.directory = directory
         self.options = options
         self.io = io
+        if options.readOnly {
+            (lockDescriptor, directoryDescriptor) = (-1, -1)
+            let opened = try Self.recover(directory: directory, io: io, options: options)
+            recovery = opened.recovery
+            shared = Locked(
+                Shared(
+                    streams: opened.streams,
+                    segments: opened.segments,
+                    size: opened.size,
+                    events: opened.recovery.events
+                )
+            )
+            return
+        }
         try Files.makeDirectory(directory)
         (lockDescriptor, directoryDescriptor) = try Self.lock(directory)
+        var descriptors: [Int32] = []
         do throws(EventStoreError) {
-            var opened = try Self.recover(directory: directory, io: io)
+            var opened = try Self.recover(directory: directory, io: io, options: options)
+            descriptors = opened.segments
             if opened.segments.isEmpty {
                 let descriptor = try Files.openFile(Self.path(of: 0, in: directory), create: true)
                 opened.segments.append(descriptor)
+                descriptors = opened.segments
                 opened.size = 0
                 opened.recovery.segments = 1
                 try Files.syncDirectory(directory)
             }
+            // What is there now is what the store stands by: a later open finds less only by loss. If it
+            // cannot be written, the older manifest stands, which claims less.
+            let sealed = opened.sizes.dropLast().reduce(0, +)
+            try? Manifest(
+                segments: opened.segments.count,
+                committed: opened.size,
+                bytes: sealed + opened.size,
+                events: opened.recovery.events,
+                clean: false,
+                sequence: opened.manifestSequence + 1
+            )
+            .write(in: directory)
             recovery = opened.recovery
-            shared = Locked(Shared(streams: opened.streams, segments: opened.segments, size: opened.size))
+            var state = Shared(
+                streams: opened.streams,
+                segments: opened.segments,
+                size: opened.size,
+                events: opened.recovery.events
+            )
+            state.manifestSequence = opened.manifestSequence + 1
+            state.sealed = sealed
+            shared = Locked(state)
         } catch {
+            for descriptor in descriptors { Files.release(descriptor) }
             Files.release(lockDescriptor)
             Files.release(directoryDescriptor)
             throw error
@@ -163,11 +234,12 @@ public final class FileEventStore: EventStore {
             for descriptor in shared.segments { Files.release(descriptor) }
             shared.segments = []
         }
-        Files.release(lockDescriptor)
-        Files.release(directoryDescriptor)
+        if lockDescriptor >= 0 { Files.release(lockDescriptor) }
+        if directoryDescriptor >= 0 { Files.release(directoryDescriptor) }
     }
 
-    /// Closes the store: waits for the write under way, fails appends still queued, and releases the
+    /// Closes the store: waits for the write under way, fails appends still queued, records in its
+    /// manifest how far the log is committed (so a later open finds any loss), and releases the
     /// directory to the next process. Every later call fails with `unavailable`.
     public func close() async {
         let queued = shared.withLock { shared in
@@ -179,8 +251,11 @@ public final class FileEventStore: EventStore {
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             writer.async {
                 // Runs after any flush already scheduled on the writer: nothing writes after this.
-                _ = flock(self.lockDescriptor, LOCK_UN)
-                _ = flock(self.directoryDescriptor, LOCK_UN)
+                if !self.options.readOnly {
+                    self.writeManifest(clean: true)
+                    _ = flock(self.lockDescriptor, LOCK_UN)
+                    _ = flock(self.directoryDescriptor, LOCK_UN)
+                }
                 done.resume()
             }
         }
@@ -305,6 +380,12 @@ public final class FileEventStore: EventStore {
         var segments: [Int32]
         /// The good length of the last log file.
         var size: Int
+        /// The events in the log.
+        var events: UInt64
+        /// The sequence number of the manifest written last.
+        var manifestSequence: UInt64 = 0
+        /// The committed bytes of the log files before the last.
+        var sealed = 0
         var queued: [Queued] = []
         var flushing = false
         var closed = false
@@ -314,6 +395,30 @@ public final class FileEventStore: EventStore {
     }
 
     static let closedError = EventStoreError(.unavailable(reason: "the store is closed"))
+
+    private var readOnlyError: EventStoreError {
+        EventStoreError(.unavailable(reason: "the store at \(directory) is open read-only"))
+    }
+
+    /// Records in the manifest how far the log is committed now; on the writer queue, or before it
+    /// runs. A store whose log cannot be trusted (a failed sync) records nothing.
+    private func writeManifest(clean: Bool) {
+        let manifest = shared.withLock { shared -> Manifest? in
+            guard shared.broken == nil else { return nil }
+            shared.manifestSequence += 1
+            return Manifest(
+                segments: shared.segments.count,
+                committed: shared.size,
+                bytes: shared.sealed + shared.size,
+                events: shared.events,
+                clean: clean,
+                sequence: shared.manifestSequence
+            )
+        }
+        // A manifest that cannot be written leaves the older one, which claims less: loss after it
+        // is then taken for a torn tail, as without manifests.
+        try? manifest?.write(in: directory)
+    }
 
     private func view(of stream: String) throws(EventStoreError) -> (entry: StreamEntry?, segments: [Int32]) {
         let view = shared.withLock { shared in
@@ -327,6 +432,7 @@ public final class FileEventStore: EventStore {
         try await withCheckedThrowingContinuation { continuation in
             let (start, refusal) = shared.withLock { shared -> (Bool, EventStoreError?) in
                 if shared.closed { return (false, Self.closedError) }
+                if options.readOnly { return (false, readOnlyError) }
                 if let broken = shared.broken { return (false, broken) }
                 shared.queued.append(Queued(operation: operation, continuation: continuation))
                 defer { shared.flushing = true }
@@ -405,6 +511,7 @@ public final class FileEventStore: EventStore {
         shared.withLock { shared in
             for (stream, entry) in batch.streams { shared.streams[stream] = entry }
             shared.size = grown
+            shared.events += batch.events
             shared.statistics.events += batch.events
             shared.statistics.records += batch.records
             shared.statistics.bytes += batch.bytes.count
@@ -499,8 +606,24 @@ public final class FileEventStore: EventStore {
             _ = path.withCString { unlink($0) }
             return
         }
+        // The manifest lists the new file before anything is written to it: deleting it is then loss.
+        let manifest = shared.withLock { shared in
+            shared.manifestSequence += 1
+            return Manifest(
+                segments: shared.segments.count + 1,
+                committed: 0,
+                bytes: shared.sealed + shared.size,
+                events: shared.events,
+                clean: false,
+                sequence: shared.manifestSequence
+            )
+        }
+        // If it cannot be written, the file is used all the same: its loss would then go unnoticed, as
+        // without manifests, but taking it back could contradict a manifest that did reach the disk.
+        try? manifest.write(in: directory)
         shared.withLock { shared in
             shared.segments.append(descriptor)
+            shared.sealed += shared.size
             shared.size = 0
         }
     }
@@ -592,21 +715,42 @@ public final class FileEventStore: EventStore {
         var segments: [Int32] = []
         var size = 0
         var recovery = Recovery(segments: 0, streams: 0, events: 0, truncated: nil)
+        /// The sequence number of the manifest found (0 for none).
+        var manifestSequence: UInt64 = 0
+        /// The committed bytes of each log file.
+        var sizes: [Int] = []
     }
 
-    /// Reads every log file in order, rebuilding the index; cuts a torn tail off the last one.
-    private static func recover(directory: String, io: any StoreIO) throws(EventStoreError) -> Opened {
+    /// Reads every log file in order, rebuilding the index; checks the log against the manifest (a log
+    /// file missing or cut short is loss); then cuts a torn tail off the last file, unless read-only.
+    private static func recover(
+        directory: String,
+        io: any StoreIO,
+        options: Options
+    ) throws(EventStoreError) -> Opened {
         var opened = Opened()
         do throws(EventStoreError) {
+            let manifest: Manifest?
+            do {
+                manifest = try Manifest.read(in: directory)
+            } catch {
+                // A damaged manifest says nothing trustworthy: without `acceptLoss` the store is not
+                // opened on a guess.
+                guard options.acceptLoss, case .corrupted = error.kind else { throw error }
+                manifest = nil
+                opened.recovery.lost = Loss(events: 0, reason: "\(error); the log was read without it")
+            }
+            opened.manifestSequence = manifest?.sequence ?? 0
             let numbers = try Files.names(in: directory).compactMap(segmentNumber).sorted()
             for (expected, number) in numbers.enumerated() where number != expected {
                 throw EventStoreError(
                     .corrupted(location: directory, reason: "\(path(of: expected, in: directory)) is missing")
                 )
             }
+            var tail: (descriptor: Int32, path: String, good: Int, size: Int)?
             for segment in numbers {
                 let path = path(of: segment, in: directory)
-                let descriptor = try Files.openFile(path, create: false)
+                let descriptor = try Files.openFile(path, create: false, readOnly: options.readOnly)
                 opened.segments.append(descriptor)
                 let bytes = try Files.readBytes(
                     descriptor,
@@ -621,13 +765,33 @@ public final class FileEventStore: EventStore {
                     last: segment == numbers.count - 1,
                     into: &opened
                 )
-                if good < bytes.count {
-                    guard io.truncate(descriptor, to: good) == 0, io.sync(descriptor) == 0 else {
-                        throw Files.error("cut the unfinished write at offset \(good) of \(path)")
-                    }
-                    opened.recovery.truncated = TruncatedTail(file: path, offset: good, bytes: bytes.count - good)
-                }
+                tail = (descriptor, path, good, bytes.count)
                 opened.size = good
+                opened.sizes.append(good)
+            }
+            if let manifest, let loss = loss(against: manifest, segments: numbers.count, opened: opened, in: directory)
+            {
+                guard options.acceptLoss else {
+                    throw EventStoreError(
+                        .corrupted(
+                            location: directory,
+                            reason: "\(loss); open with acceptLoss (loop-demo: --accept-loss) to go on without them"
+                        )
+                    )
+                }
+                opened.recovery.lost = loss
+            }
+            if let tail, tail.good < tail.size {
+                if !options.readOnly {
+                    guard io.truncate(tail.descriptor, to: tail.good) == 0, io.sync(tail.descriptor) == 0 else {
+                        throw Files.error("cut the unfinished write at offset \(tail.good) of \(tail.path)")
+                    }
+                }
+                opened.recovery.truncated = TruncatedTail(
+                    file: tail.path,
+                    offset: tail.good,
+                    bytes: tail.size - tail.good
+                )
             }
         } catch {
             for descriptor in opened.segments { Files.release(descriptor) }
@@ -636,6 +800,42 @@ public final class FileEventStore: EventStore {
         opened.recovery.segments = opened.segments.count
         opened.recovery.streams = opened.streams.count
         return opened
+    }
+
+    /// What the log lacks of what `manifest` recorded as committed, or `nil` if it holds all of it.
+    private static func loss(
+        against manifest: Manifest,
+        segments: Int,
+        opened: Opened,
+        in directory: String
+    ) -> Loss? {
+        let gone = manifest.events > opened.recovery.events ? manifest.events - opened.recovery.events : 0
+        if segments < manifest.segments {
+            let first = path(of: segments, in: directory)
+            let files =
+                manifest.segments - segments == 1
+                ? first : "\(first) and the \(manifest.segments - segments - 1) after it"
+            return Loss(events: gone, reason: "\(files) \(manifest.segments - segments == 1 ? "is" : "are") missing")
+        }
+        if segments == manifest.segments, opened.size < manifest.committed {
+            let last = path(of: segments - 1, in: directory)
+            return Loss(
+                events: gone,
+                reason: "\(last) is committed up to offset \(opened.size), short of the \(manifest.committed) it had"
+            )
+        }
+        // The files the manifest lists may have grown since (a crash after more writes), never shrunk.
+        let listed = opened.sizes.prefix(manifest.segments).reduce(0, +)
+        if listed < manifest.bytes {
+            return Loss(
+                events: gone,
+                reason: "the log files hold \(listed) committed bytes, short of the \(manifest.bytes) they had"
+            )
+        }
+        if gone > 0 {
+            return Loss(events: gone, reason: "the log holds \(opened.recovery.events) of \(manifest.events) events")
+        }
+        return nil
     }
 
     /// Indexes the records of one log file; returns the length of its good part: up to the end of its

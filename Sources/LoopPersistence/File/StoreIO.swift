@@ -46,9 +46,9 @@ enum Files {
         EventStoreError(.io(code: code, action: action))
     }
 
-    /// Opens `path`, creating it when `create`.
-    static func openFile(_ path: String, create: Bool) throws(EventStoreError) -> Int32 {
-        let flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0)
+    /// Opens `path`, creating it when `create`; for reading only when `readOnly`.
+    static func openFile(_ path: String, create: Bool, readOnly: Bool = false) throws(EventStoreError) -> Int32 {
+        let flags = (readOnly ? O_RDONLY : O_RDWR) | O_CLOEXEC | (create ? O_CREAT : 0)
         let descriptor = path.withCString { open($0, flags, 0o644) }
         guard descriptor >= 0 else { throw error("open \(path)") }
         return descriptor
