@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+internal import Glibc
+#elseif canImport(Musl)
+internal import Musl
+#elseif canImport(Darwin)
+internal import Darwin
+#endif
+
 /// Why an event store refused or failed an operation: a value, never a crash.
 public struct EventStoreError: Error, Hashable, Sendable, CustomStringConvertible {
     /// What went wrong.
@@ -35,11 +43,20 @@ public struct EventStoreError: Error, Hashable, Sendable, CustomStringConvertibl
         case .corrupted(let location, let reason):
             return subject + "corrupted data at \(location): \(reason)"
         case .io(let code, let action):
-            return subject + "cannot \(action) (errno \(code))"
+            return subject + "cannot \(action): \(Self.describe(errno: code)) (errno \(code))"
         case .unavailable(let reason):
             return subject + "store unavailable: \(reason)"
         case .invalid(let reason):
             return subject + "invalid request: \(reason)"
         }
+    }
+}
+
+extension EventStoreError {
+    /// The system's words for `code` (`strerror`): "No space left on device".
+    static func describe(errno code: Int32) -> String {
+        // glibc's strerror returns a constant string for known codes, and a thread-local one otherwise.
+        guard let text = strerror(code) else { return "error \(code)" }
+        return String(cString: text)
     }
 }

@@ -407,6 +407,11 @@ func runDurably(
     } catch {
         ProcessTree.killTree(of: getpid())
         printError("loop-demo: \(error)")
+        // What the run saw, and how much of it the store kept: a restart with the same directory
+        // continues from there.
+        console.clearProgress()
+        for line in JobRunner.summary(loop.state) { print(Console.escapingControlCharacters(line)) }
+        print("store: \(loop.version) events kept in \(directory); jobs after that were not recorded")
         status = error is DurableLoopError ? 74 : 70
     }
     await store.close()

@@ -2,6 +2,10 @@ import Foundation
 import LoopDemo
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The built `loop-demo` binary, run as a user would.
 @Suite(.serialized) struct EndToEndTests {
     @Test func theDefaultScenarioRunsEveryOutcomeAndEndsWithTheSummary() async throws {
@@ -148,6 +152,36 @@ import Testing
         let accepted = try await Demo.sh("\"$DEMO\" --stdin --store '\(scratch)/store' --accept-loss < /dev/null")
         #expect(accepted.status == 0, "\(accepted.output)")
         #expect(accepted.output.contains("opened the store accepting a loss"), "\(accepted.output)")
+    }
+
+    static let canMountTmpfs: Bool = {
+        guard getuid() == 0 else { return false }
+        let scratch = Demo.scratch("probe")
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        defer { umount2(scratch, Int32(MNT_DETACH)) }
+        return mount("tmpfs", scratch, "tmpfs", 0, "size=64k") == 0
+    }()
+
+    /// A disk that fills up during a durable run: the demo exits 74 naming the error, still prints
+    /// the summary and how much the store kept, and the store replays.
+    @Test(.enabled(if: canMountTmpfs, "mounting a tmpfs needs root"))
+    func aFullDiskExits74WithASummaryAndTheStoreReplays() async throws {
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let disk = scratch + "/disk"
+        try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
+        #expect(mount("tmpfs", disk, "tmpfs", 0, "size=64k") == 0)
+        defer { umount2(disk, Int32(MNT_DETACH)) }
+        let jobs = (1...2_000).map { "run job-with-a-long-name-\($0) -- true" }.joined(separator: "\n")
+        try Data((jobs + "\n").utf8).write(to: URL(fileURLWithPath: scratch + "/jobs"))
+        let run = try await Demo.sh("\"$DEMO\" --stdin --store '\(disk)/store' < '\(scratch)/jobs'")
+        #expect(run.status == 74, "\(run.output.suffix(2_000))")
+        #expect(run.output.contains("No space left on device (errno 28)"), "\(run.output.suffix(2_000))")
+        #expect(run.output.contains("events kept in \(disk)/store"), "\(run.output.suffix(2_000))")
+        #expect(run.output.contains("job-with-a-long-name-1 "), "the summary is printed")
+        let replay = try await Demo.sh("\"$DEMO\" replay --store '\(disk)/store'")
+        #expect(replay.status == 0, "\(replay.output.suffix(2_000))")
+        #expect(replay.output.contains("replayed "), "\(replay.output.suffix(2_000))")
     }
 
     @Test func versionPrintsTheVersion() async throws {

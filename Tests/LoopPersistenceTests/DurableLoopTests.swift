@@ -257,12 +257,11 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
         let card = Card(store: store)
         let loop = DurableLoop(stream: "ledger", program: Ledger.program, effects: card.router, store: store)
         let running = Task { try await loop.run() }
-        await #expect(throws: DurableLoopError.storeFailed("stream 'ledger': cannot write to disk (errno 28)")) {
-            try await loop.sendDurably(.add(5))
-        }
-        await #expect(throws: DurableLoopError.storeFailed("stream 'ledger': cannot write to disk (errno 28)")) {
-            _ = try await running.value
-        }
+        let full = DurableLoopError.storeFailed(
+            "stream 'ledger': cannot write to disk: No space left on device (errno 28)"
+        )
+        await #expect(throws: full) { try await loop.sendDurably(.add(5)) }
+        await #expect(throws: full) { _ = try await running.value }
         #expect(card.amounts.isEmpty)
         #expect(loop.send(.add(1)) == .rejected(.failed))
         await #expect(throws: DurableLoopError.rejected(.failed)) { try await loop.sendDurably(.add(1)) }
