@@ -72,6 +72,9 @@ extension JobRunner {
             effects.append(.report("rejected \(spec.name): shutting down"))
         } else if spec.name.isEmpty || spec.command.isEmpty {
             effects.append(.report("rejected: a job needs a name and a command"))
+        } else if spec.name.utf8.contains(0) || spec.command.utf8.contains(0) {
+            // A NUL ends the command the shell sees: what ran would not be what was recorded.
+            effects.append(.report("rejected: a job's name and command cannot contain a NUL character"))
         } else if state.jobs[spec.name] != nil {
             effects.append(.report("rejected \(spec.name): a job with this name exists"))
         } else if spec.retries < 0 {

@@ -22,7 +22,8 @@ internal import LoopRuntime
 /// - **Processing.** It reads its shards' inbox rows in id order and sends each to its entity's durable
 ///   loop with the row's id; the store appends the event and deletes the row in one transaction, and
 ///   `events.inbox_id` is unique: each row makes exactly one committed transition. A row that does not
-///   decode goes to `inbox_dead` with the reason. Effects run after the commit; after a failover an
+///   decode, or that the store would refuse (``PostgresEventStore/problem(with:stream:)``), goes to
+///   `inbox_dead` with the reason. Effects run after the commit; after a failover an
 ///   effect can run again (at-least-once), so handlers should be idempotent.
 /// - **Failures stop the node** (crash-only; restart it, say with systemd): a broken connection holding
 ///   its locks, or an append refused because another node wrote the entity's stream (the node had lost
@@ -298,8 +299,8 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         return outcome.rows
     }
 
-    /// Sends each row not yet in flight to its entity, in id order; rows that do not decode go to
-    /// `inbox_dead`.
+    /// Sends each row not yet in flight to its entity, in id order; rows the store would refuse, or that
+    /// do not decode, go to `inbox_dead`.
     private func dispatch(_ rows: [InboxRow]) {
         var undecodable: [(InboxRow, String)] = []
         var fresh: [(InboxRow, Event)] = []
@@ -309,6 +310,12 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             let horizon = rows.count < configuration.batch ? Int64.max : (rows.last?.id ?? Int64.max)
             ledger.inFlight = ledger.inFlight.filter { seen.contains($0) || $0 > horizon }
             for row in rows where !ledger.inFlight.contains(row.id) && ledger.owned.contains(row.shard) {
+                // A row the store would refuse (a name it cannot index, say) must not reach a batch of
+                // appends, where it would fail the others and stop the entity: it goes to the dead letters.
+                if let problem = PostgresEventStore.problem(with: [row.payload], stream: row.stream) {
+                    undecodable.append((row, problem))
+                    continue
+                }
                 do {
                     fresh.append((row, try events.decode(row.payload)))
                     ledger.inFlight.insert(row.id)
@@ -323,7 +330,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         if !undecodable.isEmpty { bury(undecodable) }
     }
 
-    /// Moves rows that cannot be decoded to `inbox_dead`, with why.
+    /// Moves rows that cannot be processed to `inbox_dead`, with why.
     private func bury(_ rows: [(InboxRow, String)]) {
         let schema = configuration.schema
         control.schedule { [control] in

@@ -293,8 +293,18 @@ public final class PostgresEventStore: EventStore {
     static let largestPayload = 256 * 1_024 * 1_024
 
     /// Why the server would refuse this append, found before it can fail a whole batch; `nil` if none.
-    static func problem(with payloads: [[UInt8]], stream: String) -> String? {
+    /// The longest stream name the store takes, in UTF-8 bytes: names are indexed, and PostgreSQL cannot
+    /// index a key past about a third of a page (2,704 bytes).
+    public static let maximumStreamBytes = 1_024
+
+    /// Why the store would refuse `payloads` for `stream`, or `nil` if it takes them: a name with a NUL
+    /// or longer than ``maximumStreamBytes``, or an event over 256 MiB. The cluster's nodes check inbox
+    /// rows with it too, so such a row is dead-lettered rather than failing its batch.
+    public static func problem(with payloads: [[UInt8]], stream: String) -> String? {
         if stream.utf8.contains(0) { return "a stream name with a NUL character" }
+        if stream.utf8.count > maximumStreamBytes {
+            return "a stream name of \(stream.utf8.count) bytes, past the limit of \(maximumStreamBytes)"
+        }
         if let large = payloads.first(where: { $0.count > largestPayload }) {
             return "an event of \(large.count) bytes, more than the \(largestPayload) bytes the store takes"
         }

@@ -43,6 +43,9 @@ public final class PostgresInbox: Sendable {
     /// id once it is committed. An error means the row may not be stored: send again.
     @discardableResult
     public func send(_ payload: [UInt8], to stream: String) async throws -> Int64 {
+        if let problem = PostgresEventStore.problem(with: [payload], stream: stream) {
+            throw EventStoreError(.invalid(reason: problem), stream: stream)
+        }
         let table = "\(schema).inbox"
         do {
             return try await worker.run { connection throws(PostgresError) in
@@ -61,6 +64,11 @@ public final class PostgresInbox: Sendable {
     /// they are committed (all of them, or none on an error).
     public func send(_ rows: [(stream: String, payload: [UInt8])]) async throws {
         guard !rows.isEmpty else { return }
+        for row in rows {
+            if let problem = PostgresEventStore.problem(with: [row.payload], stream: row.stream) {
+                throw EventStoreError(.invalid(reason: problem), stream: row.stream)
+            }
+        }
         let table = "\(schema).inbox"
         let batch = rows.map { PostgresValue.text($0.stream) } + rows.map { PostgresValue.bytes($0.payload) }
         let count = rows.count

@@ -41,4 +41,42 @@ struct ClusterCommandTests {
         #expect(output.contains("node=0"))
         #expect(output.hasSuffix("doomed failed after 1 attempt: exit status 3\nhello succeeded"))
     }
+
+    /// A row inserted with SQL whose command holds a NUL: the shell would run only what comes before it,
+    /// while the store recorded all of it. The job is refused and nothing runs.
+    @Test(.timeLimit(.minutes(2)))
+    func aCommandWithANULFromTheInboxIsRefusedAndNothingRuns() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let submitted = try await Demo.sh("\"$DEMO\" submit --postgres '\(database)' hello -- true")
+        #expect(submitted.status == 0, "\(submitted.output)")
+        let payload =
+            #"{"submit":{"_0":{"name":"nul","command":"touch \#(scratch)/A\u0000; touch \#(scratch)/B","retries":0}}}"#
+        _ = try TemporaryPostgres.psql(
+            database,
+            sql: "INSERT INTO effectloop.inbox (stream, payload) VALUES ('job-nul', convert_to('\(payload)', 'UTF8'))"
+        )
+        let script = """
+            "$DEMO" node --postgres '\(database)' --name only > '\(scratch)/node' 2>&1 &
+            node=$!
+            for i in $(seq 600); do
+                rows=$(psql -X -q -A -t -d '\(database)' -c 'SELECT count(*) FROM effectloop.inbox')
+                out=$("$DEMO" jobs --postgres '\(database)')
+                case "$rows $out" in "0 "*"hello succeeded"*) break;; esac
+                sleep 0.1
+            done
+            kill -TERM $node; wait $node; echo "node=$?"
+            "$DEMO" jobs --postgres '\(database)'
+            """
+        let (status, output) = try await Demo.sh(script)
+        #expect(status == 0, "\(output)")
+        #expect(output.contains("node=0"), "\(output)")
+        #expect(output.contains("hello succeeded"), "\(output)")
+        #expect(!output.contains("nul succeeded"), "\(output)")
+        #expect(!FileManager.default.fileExists(atPath: scratch + "/A"), "the command ran")
+        #expect(!FileManager.default.fileExists(atPath: scratch + "/B"), "the command ran")
+        let log = String(decoding: FileManager.default.contents(atPath: scratch + "/node") ?? Data(), as: UTF8.self)
+        #expect(log.contains("cannot contain a NUL character"), "\(log)")
+    }
 }

@@ -156,6 +156,15 @@ import Testing
                 .report("rejected n: retries cannot be negative")
             ]
         )
+        // From the cluster's inbox a command can hold a NUL, which would cut what the shell runs.
+        for nul in [Spec(name: "n", command: "touch A\u{0}; touch B"), Spec(name: "n\u{0}m", command: "true")] {
+            #expect(
+                update(&state, .submit(nul)) == [
+                    .report("rejected: a job's name and command cannot contain a NUL character")
+                ]
+            )
+        }
+        #expect(state.jobs["n"] == nil)
         #expect(update(&state, .invalidInput("unknown command 'fly'")) == [.problem("error: unknown command 'fly'")])
     }
 

@@ -133,6 +133,36 @@ struct ClusterNodeTests {
         try Self.expectExactlyOnce(database, sent: 1_000)
     }
 
+    /// A row inserted the way `Docs/Cluster.md` shows, with a name PostgreSQL cannot index: once it
+    /// stopped every node in turn; now it goes to the dead letters and the node goes on.
+    @Test func aRowWithANameTheStoreCannotIndexIsDeadLetteredAndTheNodeGoesOn() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let node = try await Counter.node(database, "solo")
+        let running = Task { try await node.run() }
+        let payload = String(decoding: try JSONCodec<Counter.Event>().encode(.add(1)), as: UTF8.self)
+        _ = try TemporaryPostgres.psql(
+            database,
+            sql:
+                "INSERT INTO effectloop.inbox (stream, payload) VALUES (repeat('x', 3000), convert_to('\(payload)', 'UTF8'))"
+        )
+        try await Self.send(10, over: 2, to: database)
+        try await Self.eventually("the inbox to drain") {
+            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+        }
+        let reason = try TemporaryPostgres.psql(database, sql: "SELECT reason FROM effectloop.inbox_dead")
+        #expect(reason.contains("a stream name of 3000 bytes, past the limit of 1024"), "\(reason)")
+        #expect((node.state(of: "entity-0") ?? 0) + (node.state(of: "entity-1") ?? 0) == 10)
+        // The library refuses such a name at the door too.
+        let inbox = try await PostgresInbox(connecting: database)
+        await #expect(throws: EventStoreError.self) {
+            try await inbox.send(Array(payload.utf8), to: String(repeating: "x", count: 3_000))
+        }
+        await inbox.close()
+        node.stop()
+        // It stopped because it was asked to, not on its own: run() returns without an error.
+        try await running.value
+    }
+
     @Test func aRowThatDoesNotDecodeGoesToTheDeadLettersAndTheRestIsProcessed() async throws {
         let database = try TemporaryPostgres.shared().createDatabase()
         let node = try await Counter.node(database, "solo")
