@@ -21,6 +21,9 @@ public struct EventStoreError: Error, Hashable, Sendable, CustomStringConvertibl
         case unavailable(reason: String)
         /// An argument the caller controls is not acceptable (a snapshot past the end of its stream, say).
         case invalid(reason: String)
+        /// The writer no longer owns the stream (a cluster node that lost the stream's shard to another):
+        /// nothing was written, and the writer must leave the stream to its owner.
+        case fenced(reason: String)
     }
 
     /// The stream concerned, if one.
@@ -48,6 +51,8 @@ public struct EventStoreError: Error, Hashable, Sendable, CustomStringConvertibl
             return subject + "store unavailable: \(reason)"
         case .invalid(let reason):
             return subject + "invalid request: \(reason)"
+        case .fenced(let reason):
+            return subject + "fenced: \(reason)"
         }
     }
 }

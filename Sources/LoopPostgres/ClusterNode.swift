@@ -25,9 +25,14 @@ internal import LoopRuntime
 ///   decode, or that the store would refuse (``PostgresEventStore/problem(with:stream:)``), goes to
 ///   `inbox_dead` with the reason. Effects run after the commit; after a failover an
 ///   effect can run again (at-least-once), so handlers should be idempotent.
+/// - **Fencing.** Every append checks, in its transaction, that the node's lock connection still holds
+///   the advisory lock of the stream's shard; a node that lost a shard without knowing (paused, its
+///   session cut by the server) has its appends refused (`fenced`) and writes nothing, so the shard's new
+///   owner is never the one stopped. A node taking a shard waits for the previous owner's appends under
+///   way to end.
 /// - **Failures stop the node** (crash-only; restart it, say with systemd): a broken connection holding
-///   its locks, or an append refused because another node wrote the entity's stream (the node had lost
-///   the shard without knowing: fenced). ``run()`` then throws ``ClusterError``; nothing it had not
+///   its locks, or an append fenced (the node had lost the shard) or refused because another node wrote
+///   the entity's stream. ``run()`` then throws ``ClusterError``; nothing it had not
 ///   committed is lost, since the rows stay in the inbox for the shard's next owner.
 public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
     /// How a node paces itself.
@@ -110,24 +115,29 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         store = try await PostgresEventStore(
             connecting: conninfo,
             schema: schema,
-            inboxOf: { InboxedCodec<Event>.inbox(of: $0) }
+            inboxOf: { InboxedCodec<Event>.inbox(of: $0) },
+            applicationName: Self.writerName(name)
         )
         control = PostgresWorker(
             conninfo,
             label: "effectloop.cluster.\(name)",
             applicationName: "effectloop node \(name)"
         )
+        let holder: Int32
         do {
-            shards = try await control.run { connection throws(PostgresError) in
+            (shards, holder) = try await control.run { connection throws(PostgresError) in
                 let rows = try connection.execute(
                     "SELECT value FROM \(schema).effectloop_meta WHERE key = 'shards'"
                 )
-                return rows.rows.isEmpty ? 64 : Int(try rows.int(0, 0))
+                let backend = try connection.execute("SELECT pg_backend_pid()::bigint")
+                return (rows.rows.isEmpty ? 64 : Int(try rows.int(0, 0)), Int32(clamping: try backend.int(0, 0)))
             }
         } catch {
             await store.close()
             throw PostgresEventStore.storeError(error, doing: "read the shard count")
         }
+        // Every append checks, in its transaction, that this session still holds its stream's shard.
+        store.fence(holder: holder, shards: shards)
         let update = program.update
         group = DurableLoopGroup(
             stream: { $0 },
@@ -176,7 +186,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                 dispatch(rows)
                 if let (stream, reason) = group.failedStreams.first {
                     failure =
-                        reason.contains("version conflict")
+                        reason.contains("version conflict") || reason.contains("fenced:")
                         ? .fenced(stream: stream, reason: reason) : .storeFailed(stream: stream, reason: reason)
                     break
                 }
@@ -245,7 +255,10 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                     "SELECT pg_try_advisory_lock(hashtext($1), $2::integer)::integer::bigint",
                     [.text(schema), .int(Int64(shard))]
                 )
-                if try locked.int(0, 0) == 1 { taken.insert(shard) }
+                if try locked.int(0, 0) == 1 {
+                    try Self.awaitFence(of: shard, schema: schema, node: name, on: connection)
+                    taken.insert(shard)
+                }
             }
             for shard in quietReleasing.sorted() {
                 try connection.execute(
@@ -297,6 +310,52 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         }
         for (entity, _) in outcome.wake { group.wake(entity) }
         return outcome.rows
+    }
+
+    /// The application name of a node's store writer, so a node taking a shard never ends its own.
+    static func writerName(_ node: String) -> String { "effectloop store \(node)" }
+
+    /// Once the node holds `shard`'s lock: waits for the appends to the shard still under way on other
+    /// connections (each holds the shard's fence shared until it ends), so what they commit is read from
+    /// here on and what they do not is fenced. An append that does not end within half a second belongs
+    /// to a node that lost the shard and is stuck (paused, partitioned): its connection is ended by the
+    /// server, which rolls the append back (the node sees it fail and stops), and the wait goes on.
+    static func awaitFence(
+        of shard: Int,
+        schema: String,
+        node: String,
+        on connection: PostgresConnection
+    )
+        throws(PostgresError)
+    {
+        func wait(_ timeout: String) throws(PostgresError) {
+            try connection.execute("BEGIN")
+            do throws(PostgresError) {
+                try connection.execute("SET LOCAL lock_timeout = '\(timeout)'")
+                try connection.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext($1 || '.fence'), $2::integer)",
+                    [.text(schema), .int(Int64(shard))]
+                )
+                try connection.execute("COMMIT")
+            } catch {
+                if error.kind != .connection { _ = try? connection.execute("ROLLBACK") }
+                throw error
+            }
+        }
+        do {
+            try wait("500ms")
+        } catch  where error.sqlState == "55P03" {
+            try connection.execute(
+                """
+                SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.mode = 'ShareLock'
+                  AND l.classid::bigint = (hashtext($1 || '.fence')::bigint + 4294967296) % 4294967296
+                  AND l.objid::bigint = $2 AND a.application_name <> $3
+                """,
+                [.text(schema), .int(Int64(shard)), .text(writerName(node))]
+            )
+            try wait("10s")
+        }
     }
 
     /// Sends each row not yet in flight to its entity, in id order; rows the store would refuse, or that

@@ -3,6 +3,17 @@ internal import LoopPersistence
 /// How one batch of appends is written: a pure plan (which appends pass their version check, which rows
 /// to insert) and the transaction that applies it.
 enum PostgresBatch {
+    /// How a cluster node's appends prove it still owns their streams: the session advisory lock of
+    /// each stream's shard must be held by the node's lock connection (backend `holder`), checked in
+    /// the append's transaction. A shard taken over meanwhile (or whose lock went with a broken
+    /// session) fences the appends of its streams; nothing of theirs is written.
+    struct Fencing: Sendable, Equatable {
+        /// The backend process id of the connection that holds the node's shard locks.
+        var holder: Int32
+        /// The cluster's shard count.
+        var shards: Int
+    }
+
     /// One append of the batch.
     struct Append: Sendable {
         var stream: String
@@ -68,6 +79,7 @@ enum PostgresBatch {
         _ appends: [Append],
         schema: String,
         inboxOf: (@Sendable ([UInt8]) -> Int64?)? = nil,
+        fencing: Fencing? = nil,
         on connection: PostgresConnection
     ) throws(PostgresError) -> [Result<UInt64, EventStoreError>] {
         var attempt = 0
@@ -86,8 +98,14 @@ enum PostgresBatch {
                             on: connection
                         )
                     } ?? []
+                let fenced =
+                    try fencing.map { fencing throws(PostgresError) in
+                        try unowned(appends.map(\.stream), fencing: fencing, schema: schema, on: connection)
+                    } ?? []
                 let fresh = appends.map { append in
-                    consumed.isEmpty || !append.payloads.contains { inboxOf?($0).map(consumed.contains) ?? false }
+                    !fenced.contains(Array(append.stream.utf8))
+                        && (consumed.isEmpty
+                            || !append.payloads.contains { inboxOf?($0).map(consumed.contains) ?? false })
                 }
                 var (results, rows) = plan(
                     appends.indices.filter { fresh[$0] }.map { appends[$0] },
@@ -100,6 +118,15 @@ enum PostgresBatch {
                     for (index, append) in appends.enumerated() {
                         if fresh[index], let result = next.next() {
                             merged.append(result)
+                        } else if fenced.contains(Array(append.stream.utf8)) {
+                            merged.append(
+                                .failure(
+                                    EventStoreError(
+                                        .fenced(reason: "this node no longer holds the stream's shard"),
+                                        stream: append.stream
+                                    )
+                                )
+                            )
                         } else {
                             let actual = current[Array(append.stream.utf8)] ?? 0
                             merged.append(
@@ -136,6 +163,49 @@ enum PostgresBatch {
                 guard (error.isUniqueViolation || error.isRetryable) && attempt < 8 else { throw error }
             }
         }
+    }
+
+    /// Which of `streams` (by their names' bytes) are in shards whose lock `fencing.holder` does not hold.
+    /// First takes a shared transaction lock on each shard's fence, so a node taking one of them over
+    /// (which takes the fence's exclusive lock once it holds the shard) waits for this transaction.
+    static func unowned(
+        _ streams: [String],
+        fencing: Fencing,
+        schema: String,
+        on connection: PostgresConnection
+    ) throws(PostgresError) -> Set<[UInt8]> {
+        var unique: [String] = []
+        var seen: Set<[UInt8]> = []
+        for stream in streams where seen.insert(Array(stream.utf8)).inserted { unique.append(stream) }
+        var unowned: Set<[UInt8]> = []
+        var start = 0
+        while start < unique.count {
+            let end = min(unique.count, start + 30_000)
+            let slice = unique[start..<end]
+            let values = slice.indices.map { "($\($0 - start + 3)::text)" }.joined(separator: ",")
+            let named =
+                "WITH s AS (SELECT v.stream, \(schema).shard_of(v.stream, $1::integer) AS shard "
+                + "FROM (VALUES \(values)) AS v(stream))"
+            let parameters: [PostgresValue] = [.int(Int64(fencing.shards)), .text(schema)] + slice.map { .text($0) }
+            try connection.execute(
+                named + " SELECT pg_advisory_xact_lock_shared(hashtext($2 || '.fence'), shard) "
+                    + "FROM (SELECT DISTINCT shard FROM s ORDER BY shard) d",
+                parameters
+            )
+            let rows = try connection.execute(
+                named + """
+                     SELECT s.stream FROM s WHERE NOT EXISTS (
+                        SELECT 1 FROM pg_locks l
+                        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.pid = $\(slice.count + 3)
+                          AND l.classid::bigint = (hashtext($2)::bigint + 4294967296) % 4294967296
+                          AND l.objid::bigint = s.shard)
+                    """,
+                parameters + [.int(Int64(fencing.holder))]
+            )
+            for row in rows.rows.indices { unowned.insert(Array(try rows.text(row, 0).utf8)) }
+            start = end
+        }
+        return unowned
     }
 
     /// Which of the inbox rows `ids` an event already consumed.

@@ -37,6 +37,8 @@ public final class PostgresEventStore: EventStore {
     private let reader: PostgresWorker
     private let schema: String
     private let queue = Locked(WriteQueue())
+    /// How appends prove their writer owns their streams, for a cluster node's store.
+    private let fencing = Locked<PostgresBatch.Fencing?>(nil)
     private let batches = Atomic<Int>(0)
 
     /// How many transactions the writer has committed (or tried to): fewer than the appends when
@@ -83,14 +85,15 @@ public final class PostgresEventStore: EventStore {
     package init(
         connecting conninfo: String,
         schema: String,
-        inboxOf: (@Sendable ([UInt8]) -> Int64?)?
+        inboxOf: (@Sendable ([UInt8]) -> Int64?)?,
+        applicationName: String? = nil
     ) async throws {
         self.inboxOf = inboxOf
         guard Self.isIdentifier(schema) else {
             throw EventStoreError(.invalid(reason: "schema name '\(schema)' is not a plain SQL identifier"))
         }
         self.schema = schema
-        self.writer = PostgresWorker(conninfo, label: "effectloop.postgres.writer")
+        self.writer = PostgresWorker(conninfo, label: "effectloop.postgres.writer", applicationName: applicationName)
         self.reader = PostgresWorker(conninfo, label: "effectloop.postgres.reader")
         do {
             try await writer.run { [schema] connection throws(PostgresError) in
@@ -100,6 +103,13 @@ public final class PostgresEventStore: EventStore {
             await close()
             throw Self.storeError(error, doing: "install the schema")
         }
+    }
+
+    /// Makes every later append check, in its transaction, that the connection with backend process id
+    /// `holder` holds the advisory lock of its stream's shard (of `shards`); appends of streams whose
+    /// shard it does not hold fail with `fenced`, and write nothing.
+    package func fence(holder: Int32, shards: Int) {
+        fencing.withLock { $0 = PostgresBatch.Fencing(holder: holder, shards: shards) }
     }
 
     /// Closes the store's connections once the appends already queued are written; later operations
@@ -259,8 +269,9 @@ public final class PostgresEventStore: EventStore {
         let schema = self.schema
         batches.add(1, ordering: .relaxed)
         let inboxOf = self.inboxOf
+        let fencing = self.fencing.withLock { $0 }
         let outcome = writer.runInline { connection throws(PostgresError) in
-            try PostgresBatch.commit(requests, schema: schema, inboxOf: inboxOf, on: connection)
+            try PostgresBatch.commit(requests, schema: schema, inboxOf: inboxOf, fencing: fencing, on: connection)
         }
         switch outcome {
         case .success(let results):

@@ -189,6 +189,101 @@ struct ClusterEndToEndTests {
     }
 }
 
+extension ClusterEndToEndTests {
+    /// A node paused (SIGSTOP) while its entities' appends are under way, its lock session cut by the
+    /// server (a partition the server noticed): the other node takes its shards. Resumed, the stale
+    /// node's appends are fenced and it stops; the rightful owner is never stopped, and every event is
+    /// committed exactly once.
+    @Test(.timeLimit(.minutes(10)), arguments: sanitized ? [11] : [11, 23, 37, 41, 53])
+    func aPausedNodeWhoseSessionIsCutIsFencedAndTheOwnerGoesOn(seed: Int) async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        await (try PostgresInbox(connecting: database)).close()
+        let logs = FileManager.default.temporaryDirectory.appendingPathComponent("effectloop-pause-\(seed)-\(getpid())")
+            .path
+        try FileManager.default.createDirectory(atPath: logs, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: logs) }
+        func node(_ name: String) throws -> Child {
+            try Child(
+                [
+                    "cluster-node", "--postgres", database, "--name", name, "--heartbeat-ms", "100", "--timeout-ms",
+                    "1500",
+                ],
+                log: "\(logs)/\(name).log"
+            )
+        }
+        let (stale, owner) = (try node("stale"), try node("owner"))
+        let (entities, events) = Self.sanitized ? (50, 2_000) : (100, 6_000)
+        let producer = try Child(
+            [
+                "cluster-send", "--postgres", database, "--producer", "0", "--events", "\(events)", "--entities",
+                "\(entities)",
+            ],
+            log: "\(logs)/producer.log"
+        )
+        var generator = SplitMix(seed: UInt64(seed))
+        let pauseAt = events / 10 + Int(generator.next() % UInt64(events / 3))
+        func committed() throws -> Int { Int(try Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0 }
+        func locks(of name: String) throws -> Int {
+            Int(
+                try Self.query(
+                    database,
+                    """
+                    SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                    WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted
+                      AND a.application_name = 'effectloop node \(name)'
+                    """
+                )
+            ) ?? 0
+        }
+        var reached = false
+        for _ in 0..<6_000 {
+            // Both nodes hold shards, so the stale one has appends of its own under way.
+            if try committed() >= pauseAt && locks(of: "stale") > 0 && locks(of: "owner") > 0 {
+                reached = true
+                break
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(reached, "the cluster never reached \(pauseAt) events with both nodes holding shards")
+        stale.signal(SIGSTOP)
+        _ = try Self.query(
+            database,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'effectloop node stale'"
+        )
+        var taken = false
+        for _ in 0..<3_000 {
+            if try locks(of: "owner") == 64 {
+                taken = true
+                break
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(taken, "the owner never took the paused node's shards")
+        // The stale node wakes up as the owner starts on the shards: its appends in flight would commit
+        // between the owner's reading of a stream and its first append to it.
+        stale.signal(SIGCONT)
+        let staleStatus = await stale.wait()
+        #expect(!stale.endedWell(staleStatus) || stale.output.isEmpty, "\(stale.output)")
+        let produced = await producer.wait()
+        #expect(producer.endedWell(produced), "the producer failed: \(producer.output)")
+        for _ in 0..<6_000 {
+            if try committed() >= events { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        owner.signal(SIGTERM)
+        let ownerStatus = await owner.wait()
+        #expect(owner.endedWell(ownerStatus), "the rightful owner stopped: \(owner.output)")
+        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
+        #expect(try committed() == events)
+        #expect(try Self.query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(events)")
+        let broken = try Self.query(
+            database,
+            "SELECT count(*) FROM (SELECT stream FROM effectloop.events GROUP BY stream HAVING max(version) <> count(*) OR min(version) <> 1) s"
+        )
+        #expect(broken == "0")
+    }
+}
+
 /// A small seeded generator, so a seed names one run.
 struct SplitMix {
     var state: UInt64

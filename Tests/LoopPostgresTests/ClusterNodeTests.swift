@@ -133,6 +133,44 @@ struct ClusterNodeTests {
         try Self.expectExactlyOnce(database, sent: 1_000)
     }
 
+    /// A node's appends carry proof that it still holds their shards: once its lock session is gone
+    /// and another took the shard, they are fenced and write nothing, while streams of shards it holds
+    /// commit in the same batch.
+    @Test func appendsForAShardTheNodeNoLongerHoldsAreFencedAndWriteNothing() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let store = try await PostgresEventStore(connecting: database, schema: "effectloop", inboxOf: nil)
+        let holder = try PostgresConnection(database)
+        let taker = try PostgresConnection(database)
+        defer { taker.close() }
+        let pid = Int32(try holder.execute("SELECT pg_backend_pid()::bigint").int(0, 0))
+        func shard(_ stream: String) throws -> Int64 {
+            try taker.execute("SELECT effectloop.shard_of($1, 64)::bigint", [.text(stream)]).int(0, 0)
+        }
+        let mine = "account-1"
+        let other = try #require((2..<100).map { "account-\($0)" }.first { try shard($0) != shard(mine) })
+        _ = try holder.execute("SELECT pg_advisory_lock(hashtext('effectloop'), $1::integer)", [.int(try shard(mine))])
+        store.fence(holder: pid, shards: 64)
+        #expect(try await store.append([[1]], to: mine, expecting: 0) == 1)
+        let notHeld = EventStoreError(.fenced(reason: "this node no longer holds the stream's shard"), stream: other)
+        await #expect(throws: notHeld) { try await store.append([[1]], to: other, expecting: 0) }
+
+        // The server ends the holder's session (a partition it noticed); another node takes the shard.
+        holder.close()
+        try await Self.eventually("the shard's lock to be free") {
+            try taker.execute(
+                "SELECT pg_try_advisory_lock(hashtext('effectloop'), $1::integer)::integer::bigint",
+                [
+                    .int(try shard(mine))
+                ]
+            ).int(0, 0) == 1
+        }
+        let fenced = EventStoreError(.fenced(reason: "this node no longer holds the stream's shard"), stream: mine)
+        await #expect(throws: fenced) { try await store.append([[2]], to: mine, expecting: 1) }
+        #expect(try await store.version(of: mine) == 1)
+        #expect(try await store.version(of: other) == 0)
+        await store.close()
+    }
+
     /// A row inserted the way `Docs/Cluster.md` shows, with a name PostgreSQL cannot index: once it
     /// stopped every node in turn; now it goes to the dead letters and the node goes on.
     @Test func aRowWithANameTheStoreCannotIndexIsDeadLetteredAndTheNodeGoesOn() async throws {
