@@ -256,8 +256,18 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                     [.text(schema), .int(Int64(shard))]
                 )
                 if try locked.int(0, 0) == 1 {
-                    try Self.awaitFence(of: shard, schema: schema, node: name, on: connection)
-                    taken.insert(shard)
+                    do throws(PostgresError) {
+                        try Self.awaitFence(of: shard, schema: schema, node: name, on: connection)
+                        taken.insert(shard)
+                    } catch {
+                        if error.kind == .connection { throw error }
+                        // The old owner's append could not be waited for or ended (another role, say):
+                        // the shard is left for a later heartbeat rather than taken unsafely.
+                        try connection.execute(
+                            "SELECT pg_advisory_unlock(hashtext($1), $2::integer)",
+                            [.text(schema), .int(Int64(shard))]
+                        )
+                    }
                 }
             }
             for shard in quietReleasing.sorted() {
@@ -319,7 +329,10 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     /// connections (each holds the shard's fence shared until it ends), so what they commit is read from
     /// here on and what they do not is fenced. An append that does not end within half a second belongs
     /// to a node that lost the shard and is stuck (paused, partitioned): its connection is ended by the
-    /// server, which rolls the append back (the node sees it fail and stops), and the wait goes on.
+    /// server, which rolls the append back (the node sees it fail and stops), and the wait goes on. Only
+    /// store connections of this database are ended (their application name starts `effectloop store`),
+    /// never this node's own; every node must connect as the same role (or one granted
+    /// `pg_signal_backend`). Throws when the wait still fails: the caller then leaves the shard.
     static func awaitFence(
         of shard: Int,
         schema: String,
@@ -349,8 +362,10 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                 """
                 SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
                 WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.mode = 'ShareLock'
+                  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                   AND l.classid::bigint = (hashtext($1 || '.fence')::bigint + 4294967296) % 4294967296
-                  AND l.objid::bigint = $2 AND a.application_name <> $3
+                  AND l.objid::bigint = $2 AND a.application_name LIKE 'effectloop store %'
+                  AND a.application_name <> left($3, 63)
                 """,
                 [.text(schema), .int(Int64(shard)), .text(writerName(node))]
             )

@@ -303,7 +303,6 @@ public final class PostgresEventStore: EventStore {
     /// statement must stay under its 1 GB message limit too.
     static let largestPayload = 256 * 1_024 * 1_024
 
-    /// Why the server would refuse this append, found before it can fail a whole batch; `nil` if none.
     /// The longest stream name the store takes, in UTF-8 bytes: names are indexed, and PostgreSQL cannot
     /// index a key past about a third of a page (2,704 bytes).
     public static let maximumStreamBytes = 1_024

@@ -411,7 +411,10 @@ func runDurably(
         // continues from there.
         console.clearProgress()
         for line in JobRunner.summary(loop.state) { print(Console.escapingControlCharacters(line)) }
-        print("store: \(loop.version) events kept in \(directory); jobs after that were not recorded")
+        print(
+            "store: \(loop.version) events kept in \(directory); the table is what the run saw, which may be "
+                + "ahead of the store (a restart continues from what it kept)"
+        )
         status = error is DurableLoopError ? 74 : 70
     }
     await store.close()

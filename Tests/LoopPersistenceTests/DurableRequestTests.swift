@@ -625,9 +625,17 @@ final class GatedStore: EventStore {
         #expect(try await accounts.request(to: "rich") { .withdraw(50, replyTo: $0) } == .done(balance: 50))
         #expect(try await accounts.request(to: "poor") { .withdraw(50, replyTo: $0) } == .insufficient(balance: 0))
         accounts.stop()
-        _ = try await running.value
+        let report = try await running.value
         let processed = observer.processed
         #expect(processed.map(\.entity) == ["rich", "poor"])
+        // The group's end shows the programs' report, as run() returns it.
+        let ends = observer.seen.withLock { seen in
+            seen.compactMap { activity, entity -> LoopReport? in
+                if entity == nil, case .stopped(let report) = activity { report } else { nil }
+            }
+        }
+        #expect(ends == [report])
+        #expect(report.eventsProcessed == 2)
         #expect(processed.allSatisfy { if case .withdraw = $0.event { true } else { false } })
     }
 

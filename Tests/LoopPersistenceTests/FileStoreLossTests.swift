@@ -164,8 +164,7 @@ import Glibc
     }
 
     /// For 1,000 single-bit flips and 1,000 truncations at random places of a closed store's files, the
-    /// store either refuses to open or holds every acknowledged event and snapshot: it never opens with
-    /// fewer.
+    /// store either refuses to open or holds every acknowledged event: it never opens with fewer.
     @Test func randomFlipsAndCutsNeverOpenWithFewerEvents() async throws {
         let directory = try TemporaryDirectory(in: FileStoreLossTests.fastTemporary)
         let store = try FileEventStore(directory: directory.path, options: .init(segmentBytes: 2_000))

@@ -191,7 +191,11 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
                 ClosureLoopGroupObserver<ID, DurableInput<State, Event>, DurableEffect<State, Event, Effect>> {
                     activity,
                     entity in
-                    if let mapped = DurableObserver<State, Event, Effect>.program(activity) {
+                    // The group's own end reports the programs' work; an entity's end (its passivation)
+                    // reports its loop's counts as they are, the store's work included.
+                    if entity == nil, case .stopped(let report) = activity {
+                        observer.observe(.stopped(tally.program(report)), of: nil)
+                    } else if let mapped = DurableObserver<State, Event, Effect>.program(activity) {
                         observer.observe(mapped, of: entity)
                     }
                 }

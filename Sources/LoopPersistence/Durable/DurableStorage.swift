@@ -103,27 +103,40 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         }
     }
 
-    /// Saves `state` as the snapshot at `version`, with the callers' keys; `nil` once saved, or why not.
+    /// What became of a snapshot to save.
+    @usableFromInline
+    enum Saved {
+        /// It is in the store.
+        case saved
+        /// A newer snapshot of the stream, asked for before this one was encoded, replaced it.
+        case superseded
+        /// It could not be saved: the input that tells the loop why.
+        case failed(DurableInput<State, Event>)
+    }
+
+    /// Saves `state` as the snapshot at `version`, with the callers' keys.
     @inlinable
     func save(
         _ state: State,
         keys: KeyWindow?,
         of stream: String,
         at version: UInt64
-    ) async -> DurableInput<State, Event>? {
+    ) async -> Saved {
         do {
             // Encoded where it takes no processor from events (see IdleWork), after they are acknowledged.
             let states = self.states
             // A newer snapshot of the stream asked for before this one was encoded replaces it.
             let key = "\(identity) \(stream)"
             guard let encoded = await IdleWork.shared.run(key: key, { Result { try states.encode(state) } })
-            else { return nil }
+            else { return .superseded }
             let payload = RecordEnvelope.snapshot(try encoded.get(), keys: keys)
             try await store.save(Snapshot(stream: stream, version: version, payload: payload))
-            return nil
+            return .saved
         } catch {
             // The events are durable: the loop goes on, and tries again after the next interval.
-            return .snapshotFailed("stream '\(stream)': cannot save the snapshot at version \(version): \(error)")
+            return .failed(
+                .snapshotFailed("stream '\(stream)': cannot save the snapshot at version \(version): \(error)")
+            )
         }
     }
 
@@ -281,11 +294,14 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         // Acknowledged first: the snapshot is saved after, while the next batch is under way.
         tally.sent(send(outcome))
         guard case .recorded(let version) = outcome, let snapshot = append.snapshot else { return }
-        if let failure = await save(snapshot, keys: append.keys, of: append.stream, at: version) {
+        switch await save(snapshot, keys: append.keys, of: append.stream, at: version) {
+        case .saved:
+            tally.snapshotsSaved.add(1, ordering: .relaxed)
+        case .superseded:
+            break
+        case .failed(let failure):
             tally.snapshotsFailed.add(1, ordering: .relaxed)
             tally.sent(send(failure))
-        } else {
-            tally.snapshotsSaved.add(1, ordering: .relaxed)
         }
     }
 

@@ -35,7 +35,7 @@ public struct StoreWork: Hashable, Sendable, CustomStringConvertible {
     /// Nothing done yet.
     public init() {}
 
-    /// One line with every count.
+    /// One line with the main counts.
     public var description: String {
         "store: \(recoveries) recoveries, \(appends) appends of \(eventsAppended) events, \(failures) failed; "
             + "snapshots: \(snapshotsSaved) saved, \(snapshotsFailed) failed; "

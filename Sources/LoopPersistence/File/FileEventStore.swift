@@ -202,15 +202,16 @@ public final class FileEventStore: EventStore {
             // What is there now is what the store stands by: a later open finds less only by loss. If it
             // cannot be written, the older manifest stands, which claims less.
             let sealed = opened.sizes.dropLast().reduce(0, +)
-            try? Manifest(
-                segments: opened.segments.count,
-                committed: opened.size,
-                bytes: sealed + opened.size,
-                events: opened.recovery.events,
-                clean: false,
-                sequence: opened.manifestSequence + 1
-            )
-            .write(in: directory)
+            let written =
+                (try? Manifest(
+                    segments: opened.segments.count,
+                    committed: opened.size,
+                    bytes: sealed + opened.size,
+                    events: opened.recovery.events,
+                    clean: false,
+                    sequence: opened.manifestSequence + 1
+                )
+                .write(in: directory)) != nil
             recovery = opened.recovery
             var state = Shared(
                 streams: opened.streams,
@@ -218,7 +219,7 @@ public final class FileEventStore: EventStore {
                 size: opened.size,
                 events: opened.recovery.events
             )
-            state.manifestSequence = opened.manifestSequence + 1
+            state.manifestSequence = opened.manifestSequence + (written ? 1 : 0)
             state.sealed = sealed
             shared = Locked(state)
         } catch {
@@ -405,19 +406,20 @@ public final class FileEventStore: EventStore {
     private func writeManifest(clean: Bool) {
         let manifest = shared.withLock { shared -> Manifest? in
             guard shared.broken == nil else { return nil }
-            shared.manifestSequence += 1
             return Manifest(
                 segments: shared.segments.count,
                 committed: shared.size,
                 bytes: shared.sealed + shared.size,
                 events: shared.events,
                 clean: clean,
-                sequence: shared.manifestSequence
+                sequence: shared.manifestSequence + 1
             )
         }
         // A manifest that cannot be written leaves the older one, which claims less: loss after it
-        // is then taken for a torn tail, as without manifests.
-        try? manifest?.write(in: directory)
+        // is then taken for a torn tail, as without manifests. Its sequence number is not used up, so
+        // the next write does not overwrite the slot of the last good one.
+        guard let manifest, (try? manifest.write(in: directory)) != nil else { return }
+        shared.withLock { $0.manifestSequence = manifest.sequence }
     }
 
     private func view(of stream: String) throws(EventStoreError) -> (entry: StreamEntry?, segments: [Int32]) {
@@ -608,20 +610,20 @@ public final class FileEventStore: EventStore {
         }
         // The manifest lists the new file before anything is written to it: deleting it is then loss.
         let manifest = shared.withLock { shared in
-            shared.manifestSequence += 1
-            return Manifest(
+            Manifest(
                 segments: shared.segments.count + 1,
                 committed: 0,
                 bytes: shared.sealed + shared.size,
                 events: shared.events,
                 clean: false,
-                sequence: shared.manifestSequence
+                sequence: shared.manifestSequence + 1
             )
         }
         // If it cannot be written, the file is used all the same: its loss would then go unnoticed, as
         // without manifests, but taking it back could contradict a manifest that did reach the disk.
-        try? manifest.write(in: directory)
+        let written = (try? manifest.write(in: directory)) != nil
         shared.withLock { shared in
+            if written { shared.manifestSequence = manifest.sequence }
             shared.segments.append(descriptor)
             shared.sealed += shared.size
             shared.size = 0

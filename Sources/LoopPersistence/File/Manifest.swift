@@ -24,7 +24,8 @@ struct Manifest: Hashable {
     var bytes: Int
     /// The events in all of them.
     var events: UInt64
-    /// Whether the store closed after writing it (then it describes the whole log).
+    /// Whether the store closed after writing it (then it describes the whole log). Recorded for those
+    /// who read the file; opening does not depend on it.
     var clean: Bool
     /// Which write this is: each is one more than the last.
     var sequence: UInt64
@@ -110,27 +111,34 @@ struct Manifest: Hashable {
         return found
     }
 
-    /// Writes this manifest into its slot (by its sequence number) and syncs it; the first write creates
-    /// the file with both slots.
+    /// Writes this manifest into its slot (by its sequence number) and syncs it. The first write makes
+    /// the file whole (both slots) under another name and renames it, so a crash never leaves an empty
+    /// or half-written manifest.
     func write(in directory: String) throws(EventStoreError) {
         let path = Self.path(in: directory)
-        var descriptor = path.withCString { open($0, O_WRONLY | O_CLOEXEC) }
-        var bytes = encode()
-        var offset = Int(sequence % 2) * Self.slot
-        var created = false
-        if descriptor < 0 {
+        let existing = path.withCString { open($0, O_WRONLY | O_CLOEXEC) }
+        if existing < 0 {
             guard errno == ENOENT else { throw Files.error("open \(path)") }
-            descriptor = path.withCString { open($0, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644) }
-            guard descriptor >= 0 else { throw Files.error("create \(path)") }
-            bytes = bytes + bytes
-            offset = 0
-            created = true
+            let temporary = path + ".new"
+            try Self.put(encode() + encode(), at: 0, into: temporary, creating: true)
+            guard rename(temporary, path) == 0 else { throw Files.error("rename \(temporary) to \(path)") }
+            try Files.syncDirectory(directory)
+            return
         }
+        Files.release(existing)
+        try Self.put(encode(), at: Int(sequence % 2) * Self.slot, into: path, creating: false)
+    }
+
+    /// Writes `bytes` at `offset` of the file at `path` and syncs it.
+    private static func put(_ bytes: [UInt8], at offset: Int, into path: String, creating: Bool) throws(EventStoreError)
+    {
+        let flags = O_WRONLY | O_CLOEXEC | (creating ? O_CREAT | O_TRUNC : 0)
+        let descriptor = path.withCString { open($0, flags, 0o644) }
+        guard descriptor >= 0 else { throw Files.error("open \(path)") }
         defer { Files.release(descriptor) }
         let written = bytes.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, off_t(offset)) }
         if written != bytes.count { throw Files.error("write \(path)", code: written < 0 ? errno : EIO) }
         guard fdatasync(descriptor) == 0 else { throw Files.error("sync \(path)") }
-        if created { try Files.syncDirectory(directory) }
     }
 }
 
