@@ -89,6 +89,24 @@ struct ClusterEndToEndTests {
         try TemporaryPostgres.psql(database, sql: sql).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
+    /// A new directory for the logs of one test case's processes; the caller removes it.
+    static func logDirectory(_ name: String) throws -> String {
+        let logs = FileManager.default.temporaryDirectory.appendingPathComponent("effectloop-\(name)-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: logs, withIntermediateDirectories: true)
+        return logs
+    }
+
+    /// A cluster node process on `database` (heartbeat 100 ms, membership timeout 1.5 s), logging to
+    /// `logs/NAME.log`.
+    static func node(_ name: String, database: String, logs: String) throws -> Child {
+        try Child(
+            [
+                "cluster-node", "--postgres", database, "--name", name, "--heartbeat-ms", "100", "--timeout-ms", "1500",
+            ],
+            log: "\(logs)/\(name).log"
+        )
+    }
+
     /// 3 nodes, 2 producers, one node killed with SIGKILL at a point `seed` chooses and restarted; then
     /// every entity's state is the pure replay of the events sent to it, nothing lost or repeated.
     @Test(.timeLimit(.minutes(10)), arguments: sanitized ? [11] : [11, 23, 37, 41, 53])
@@ -96,19 +114,9 @@ struct ClusterEndToEndTests {
         let database = try TemporaryPostgres.shared().createDatabase()
         // The schema exists before the nodes start, so they do not race to install it.
         await (try PostgresInbox(connecting: database)).close()
-        let logs = FileManager.default.temporaryDirectory.appendingPathComponent("effectloop-e2e-\(seed)-\(getpid())")
-            .path
-        try FileManager.default.createDirectory(atPath: logs, withIntermediateDirectories: true)
+        let logs = try Self.logDirectory("e2e-\(seed)")
         defer { try? FileManager.default.removeItem(atPath: logs) }
-        func node(_ name: String) throws -> Child {
-            try Child(
-                [
-                    "cluster-node", "--postgres", database, "--name", name, "--heartbeat-ms", "100", "--timeout-ms",
-                    "1500",
-                ],
-                log: "\(logs)/\(name).log"
-            )
-        }
+        func node(_ name: String) throws -> Child { try Self.node(name, database: database, logs: logs) }
         var nodes = try ["n1", "n2", "n3"].map(node)
         let producers = try (0..<2).map { producer in
             try Child(
@@ -198,20 +206,10 @@ extension ClusterEndToEndTests {
     func aPausedNodeWhoseSessionIsCutIsFencedAndTheOwnerGoesOn(seed: Int) async throws {
         let database = try TemporaryPostgres.shared().createDatabase()
         await (try PostgresInbox(connecting: database)).close()
-        let logs = FileManager.default.temporaryDirectory.appendingPathComponent("effectloop-pause-\(seed)-\(getpid())")
-            .path
-        try FileManager.default.createDirectory(atPath: logs, withIntermediateDirectories: true)
+        let logs = try Self.logDirectory("pause-\(seed)")
         defer { try? FileManager.default.removeItem(atPath: logs) }
-        func node(_ name: String) throws -> Child {
-            try Child(
-                [
-                    "cluster-node", "--postgres", database, "--name", name, "--heartbeat-ms", "100", "--timeout-ms",
-                    "1500",
-                ],
-                log: "\(logs)/\(name).log"
-            )
-        }
-        let (stale, owner) = (try node("stale"), try node("owner"))
+        let stale = try Self.node("stale", database: database, logs: logs)
+        let owner = try Self.node("owner", database: database, logs: logs)
         let (entities, events) = Self.sanitized ? (50, 2_000) : (100, 6_000)
         let producer = try Child(
             [
