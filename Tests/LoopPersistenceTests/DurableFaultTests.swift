@@ -170,7 +170,7 @@ final class DurableNode: Sendable {
         let directory = "/tmp/effectloop-fault-\(getpid())"
         removeTree(directory)
         defer { removeTree(directory) }
-        var generator = SeededGenerator(seed: 0x5EED_0022)
+        var generator = SplitMix(state: 0x5EED_0022)
         let killPoints = (0..<kills).map { _ in Int.random(in: 20..<(requesters * perRequester - 20), using: &generator)
         }
         .sorted()
@@ -271,20 +271,5 @@ final class DurableNode: Sendable {
         }
         await store.close()
         #expect(applied == answers)
-    }
-}
-
-/// A reproducible generator (SplitMix64), so a failing seed fails again.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var value = state
-        value = (value ^ (value >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        value = (value ^ (value >> 27)) &* 0x94D0_49BB_1331_11EB
-        return value ^ (value >> 31)
     }
 }

@@ -88,25 +88,14 @@ final class StoreTally: Sendable {
         >
     ) -> Update<DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>> {
         Update { durable, input in
-            switch input {
-            case .event:
-                return update(&durable, input)
-            case .call:
-                let repeated = durable.repeated
-                let effects = update(&durable, input)
-                self.repeated(durable.repeated - repeated)
-                return effects
-            case .recovered:
-                // Held calls are taken here: repeats among them count too.
-                let repeated = durable.repeated
-                let effects = update(&durable, input)
-                self.repeated(durable.repeated - repeated)
-                self.inputsProcessed.add(1, ordering: .relaxed)
-                return effects
-            case .read, .recorded, .failed, .snapshotFailed:
-                self.inputsProcessed.add(1, ordering: .relaxed)
-                return update(&durable, input)
-            }
+            // A plain event is the program's, and can repeat no key: nothing to count.
+            if case .event = input { return update(&durable, input) }
+            // Calls repeat keys when they come, or when the entity recovers (those held meanwhile).
+            let repeated = durable.repeated
+            let effects = update(&durable, input)
+            self.repeated(durable.repeated - repeated)
+            if case .call = input {} else { self.inputsProcessed.add(1, ordering: .relaxed) }
+            return effects
         }
     }
 

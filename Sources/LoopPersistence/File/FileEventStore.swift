@@ -175,14 +175,7 @@ public final class FileEventStore: EventStore {
             (lockDescriptor, directoryDescriptor) = (-1, -1)
             let opened = try Self.recover(directory: directory, io: io, options: options)
             recovery = opened.recovery
-            shared = Locked(
-                Shared(
-                    streams: opened.streams,
-                    segments: opened.segments,
-                    size: opened.size,
-                    events: opened.recovery.events
-                )
-            )
+            shared = Locked(Shared(opened))
             return
         }
         try Files.makeDirectory(directory)
@@ -199,35 +192,16 @@ public final class FileEventStore: EventStore {
                 opened.recovery.segments = 1
                 try Files.syncDirectory(directory)
             }
-            // What is there now is what the store stands by: a later open finds less only by loss. If it
-            // cannot be written, the older manifest stands, which claims less.
-            let sealed = opened.sizes.dropLast().reduce(0, +)
-            let written =
-                (try? Manifest(
-                    segments: opened.segments.count,
-                    committed: opened.size,
-                    bytes: sealed + opened.size,
-                    events: opened.recovery.events,
-                    clean: false,
-                    sequence: opened.manifestSequence + 1
-                )
-                .write(in: directory)) != nil
             recovery = opened.recovery
-            var state = Shared(
-                streams: opened.streams,
-                segments: opened.segments,
-                size: opened.size,
-                events: opened.recovery.events
-            )
-            state.manifestSequence = opened.manifestSequence + (written ? 1 : 0)
-            state.sealed = sealed
-            shared = Locked(state)
+            shared = Locked(Shared(opened))
         } catch {
             for descriptor in descriptors { Files.release(descriptor) }
             Files.release(lockDescriptor)
             Files.release(directoryDescriptor)
             throw error
         }
+        // What is there now is what the store stands by: a later open finds less only by loss.
+        writeManifest(clean: false)
     }
 
     deinit {
@@ -393,6 +367,16 @@ public final class FileEventStore: EventStore {
         /// Set when the log can no longer be trusted (a failed `fdatasync`, a failed rollback).
         var broken: EventStoreError?
         var statistics = Statistics()
+
+        /// The state of a store just opened on what `opened` found.
+        init(_ opened: Opened) {
+            streams = opened.streams
+            segments = opened.segments
+            size = opened.size
+            events = opened.recovery.events
+            manifestSequence = opened.manifestSequence
+            sealed = opened.sizes.dropLast().reduce(0, +)
+        }
     }
 
     static let closedError = EventStoreError(.unavailable(reason: "the store is closed"))
@@ -401,25 +385,29 @@ public final class FileEventStore: EventStore {
         EventStoreError(.unavailable(reason: "the store at \(directory) is open read-only"))
     }
 
-    /// Records in the manifest how far the log is committed now; on the writer queue, or before it
-    /// runs. A store whose log cannot be trusted (a failed sync) records nothing.
-    private func writeManifest(clean: Bool) {
+    /// Records in the manifest how far the log is committed now (with the next log file listed, when
+    /// `rolling`); when opening, or on the writer queue. A store whose log cannot be trusted (a failed
+    /// sync) records nothing. Returns whether it was written.
+    ///
+    /// A manifest that cannot be written leaves the older one, which claims less: loss after it is
+    /// then taken for a torn tail, as without manifests. Its sequence number is not used up, so the
+    /// next write does not overwrite the slot of the last good one.
+    @discardableResult
+    private func writeManifest(clean: Bool, rolling: Bool = false) -> Bool {
         let manifest = shared.withLock { shared -> Manifest? in
             guard shared.broken == nil else { return nil }
             return Manifest(
-                segments: shared.segments.count,
-                committed: shared.size,
+                segments: shared.segments.count + (rolling ? 1 : 0),
+                committed: rolling ? 0 : shared.size,
                 bytes: shared.sealed + shared.size,
                 events: shared.events,
                 clean: clean,
                 sequence: shared.manifestSequence + 1
             )
         }
-        // A manifest that cannot be written leaves the older one, which claims less: loss after it
-        // is then taken for a torn tail, as without manifests. Its sequence number is not used up, so
-        // the next write does not overwrite the slot of the last good one.
-        guard let manifest, (try? manifest.write(in: directory)) != nil else { return }
+        guard let manifest, (try? manifest.write(in: directory)) != nil else { return false }
         shared.withLock { $0.manifestSequence = manifest.sequence }
+        return true
     }
 
     private func view(of stream: String) throws(EventStoreError) -> (entry: StreamEntry?, segments: [Int32]) {
@@ -609,21 +597,10 @@ public final class FileEventStore: EventStore {
             return
         }
         // The manifest lists the new file before anything is written to it: deleting it is then loss.
-        let manifest = shared.withLock { shared in
-            Manifest(
-                segments: shared.segments.count + 1,
-                committed: 0,
-                bytes: shared.sealed + shared.size,
-                events: shared.events,
-                clean: false,
-                sequence: shared.manifestSequence + 1
-            )
-        }
         // If it cannot be written, the file is used all the same: its loss would then go unnoticed, as
         // without manifests, but taking it back could contradict a manifest that did reach the disk.
-        let written = (try? manifest.write(in: directory)) != nil
+        writeManifest(clean: false, rolling: true)
         shared.withLock { shared in
-            if written { shared.manifestSequence = manifest.sequence }
             shared.segments.append(descriptor)
             shared.sealed += shared.size
             shared.size = 0
