@@ -186,7 +186,7 @@ final class GatedStore: EventStore {
             update(&durable, .call(call)) == [
                 .answer(
                     stream: "a",
-                    delivery: ReplyDelivery(reply: 99, recorded: answer.payload, decode: { _ in .success(0) })
+                    delivery: ReplyDelivery(reply: 99, recorded: answer.payload, call: 11, decode: { _ in .success(0) })
                 )
             ]
         )
@@ -197,6 +197,79 @@ final class GatedStore: EventStore {
         #expect(
             update(&durable, .call(other)) == [.refuse(stream: "a", ticket: 1, reply: 99, reason: .keyReused("k1"))]
         )
+    }
+
+    @Test func aKeyRecordedByAnEarlierBuildIsRepeatedByKeyAndAnsweredAtTheCallersAddress() {
+        var durable = running()
+        // Earlier builds took the digest with a placeholder address and derived the address from it:
+        // no repeat reproduces that digest, so the key alone makes it a repeat.
+        let legacyReply = legacyKeyedReply(stream: "a", key: "old", event: 41)
+        let payload = Result<[UInt8], CodecError>.success(Self.bytes(.done(balance: 5)))
+        durable.keys.insert(
+            KeyWindow.Entry(
+                key: "old",
+                version: 0,
+                fingerprint: 41,
+                reply: legacyReply,
+                answer: RecordedAnswer(reply: legacyReply, version: 0, payload: payload)
+            )
+        )
+        let reply = keyedReply(stream: "a", key: "old")
+        let deposit = Account.Event.deposit(5, replyTo: ReplyTo(id: reply))
+        let repeated = DurableCall(event: deposit, key: "old", fingerprint: 77, reply: reply, ticket: 4)
+        #expect(
+            update(&durable, .call(repeated)) == [
+                .answer(
+                    stream: "a",
+                    delivery: ReplyDelivery(reply: reply, recorded: payload, decode: { _ in .success(0) })
+                )
+            ]
+        )
+        #expect(durable.version == 0 && durable.repeated == 1)
+        // A key this build recorded still tells another event from a repeat.
+        let fresh = DurableCall(event: deposit, key: "new", fingerprint: 5, reply: keyedReply(stream: "a", key: "new"))
+        _ = update(&durable, .call(fresh))
+        var other = fresh
+        other.fingerprint = 6
+        #expect(
+            update(&durable, .call(other)) == [
+                .refuse(stream: "a", ticket: nil, reply: fresh.reply, reason: .keyReused("new"))
+            ]
+        )
+    }
+
+    @Test func anAnswerReachesOnlyTheCallersOfItsEventUnderAKey() async throws {
+        // Two events under one key wait on one address; the answer to the first must not reach the
+        // second, whose refusal is on its way (the loop may answer the first before it sees the second).
+        let requesters = Requesters(clock: ContinuousClock())
+        let sent = Locked<[DurableCall<Int>]>([])
+        func ask(_ amount: Int) -> Task<Int, any Error> {
+            Task {
+                try await requesters.perform(
+                    stream: "a",
+                    key: "k",
+                    timeout: nil,
+                    make: { (_: ReplyTo<Int>) in amount },
+                    encode: { [UInt8(truncatingIfNeeded: $0)] },
+                    deliver: { call in
+                        sent.withLock { $0.append(call) }
+                        return .accepted
+                    },
+                    refusal: { .rejected($0) }
+                )
+            }
+        }
+        let first = ask(1)
+        await eventually("the first is sent") { sent.withLock { $0.count } == 1 }
+        let second = ask(2)
+        await eventually("the second is sent") { sent.withLock { $0.count } == 2 }
+        let (a, b) = sent.withLock { ($0[0], $0[1]) }
+        #expect(a.reply == b.reply && a.fingerprint != b.fingerprint)
+        #expect(a.encoded == [1] && b.encoded == [2])
+        requesters.deliver(ReplyDelivery(reply: a.reply ?? 0, value: 10, call: a.fingerprint), in: "a")
+        #expect(try await first.value == 10)
+        requesters.refuse(b.ticket ?? 0, reply: b.reply ?? 0, in: "a", with: .keyReused("k"))
+        await #expect(throws: RequestError.keyReused("k")) { try await second.value }
     }
 
     @Test func aRepeatedKeyOfASenderGetsTheFirstVersionOnceDurable() {
@@ -226,7 +299,8 @@ final class GatedStore: EventStore {
                 .reply(
                     .answer(replyTo.reply(.done(balance: 1))),
                     stream: "a",
-                    delivery: ReplyDelivery(reply: 5, value: 0)
+                    // For the callers of this call only: another event under the key waits on the address too.
+                    delivery: ReplyDelivery(reply: 5, value: 0, call: 1)
                 )
             ]
         )

@@ -185,7 +185,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
             key: key,
             timeout: timeout,
             make: make,
-            fingerprint: storage.fingerprint(of:),
+            encode: storage.encode(_:),
             deliver: { deliver(.call($0)) },
             refusal: { rejection in
                 rejection == .failed

@@ -91,7 +91,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         payloads.reserveCapacity(batch.count)
         do {
             for (index, event) in batch.enumerated() {
-                payloads.append(RecordEnvelope.event(try events.encode(event), note: notes[index]))
+                let note = notes.isEmpty ? nil : notes[index]
+                payloads.append(RecordEnvelope.event(try note?.encoded ?? events.encode(event), note: note))
             }
         } catch {
             return .failed("stream '\(stream)': cannot encode an event: \(error)")
@@ -140,10 +141,10 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         }
     }
 
-    /// A digest of `event`'s encoding, compared between a keyed call and its repeats.
+    /// `event`'s encoding, as the store keeps it; a keyed call's digest is taken of it.
     @inlinable
-    func fingerprint(of event: Event) throws -> UInt64 {
-        LoopPersistence.fingerprint(try events.encode(event))
+    func encode(_ event: Event) throws -> [UInt8] {
+        try events.encode(event)
     }
 
     /// The call of `event` under `key`, without a ticket yet, for a sender that waits; `nil` without a key.
@@ -154,7 +155,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         guard let key else { return nil }
         if let problem = KeyLimits.problem(with: key) { throw .invalid(problem) }
         do {
-            return DurableCall(event: event, key: key, fingerprint: try fingerprint(of: event))
+            let encoded = try encode(event)
+            return DurableCall(event: event, key: key, fingerprint: fingerprint(encoded), encoded: encoded)
         } catch {
             throw .invalid("the event does not encode: \(error)")
         }

@@ -20,13 +20,23 @@ enum RecordEnvelope {
     @usableFromInline
     static func event(_ event: [UInt8], note: EventNote?) -> [UInt8] {
         guard let note, !note.isEmpty else { return event }
-        var bytes = marker + [noted, (note.key == nil ? 0 : 1) | (note.answers.isEmpty ? 0 : 2)]
+        var bytes: [UInt8] = []
+        // The marker, the layout and flags, a key entry's numbers (5 varints and a flag), its key; the
+        // answers' numbers and values; the event: one allocation for most records.
+        bytes.reserveCapacity(
+            marker.count + 2 + 60 + (note.key?.key.utf8.count ?? 0)
+                + note.answers.reduce(0) { $0 + 40 + ((try? $1.payload.get())?.count ?? 0) } + event.count
+        )
+        bytes += marker
+        bytes.append(noted)
+        bytes.append((note.key == nil ? 0 : 1) | (note.answers.isEmpty ? 0 : 2))
         if let key = note.key { put(key, &bytes) }
         if !note.answers.isEmpty {
             BinaryTag.putVarint(UInt64(note.answers.count), &bytes)
             for answer in note.answers { put(answer, &bytes) }
         }
-        return bytes + event
+        bytes += event
+        return bytes
     }
 
     /// The codec's bytes of a stored event, and its note.
@@ -72,7 +82,8 @@ enum RecordEnvelope {
     }
 
     private static func put(_ entry: KeyWindow.Entry, _ bytes: inout [UInt8]) {
-        put(Array(entry.key.utf8), &bytes)
+        BinaryTag.putVarint(UInt64(entry.key.utf8.count), &bytes)
+        bytes += entry.key.utf8
         BinaryTag.putVarint(entry.version, &bytes)
         BinaryTag.putVarint(entry.fingerprint, &bytes)
         BinaryTag.putVarint(entry.reply, &bytes)

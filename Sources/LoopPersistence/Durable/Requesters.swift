@@ -7,7 +7,7 @@ public import Synchronization
 /// now: every repeat of a key at once, and a caller that asked before the entity was passivated or
 /// recovered.
 @usableFromInline
-final class Requesters: Sendable {
+package final class Requesters: Sendable {
     @usableFromInline
     struct Address: Hashable {
         @usableFromInline var stream: String
@@ -20,20 +20,40 @@ final class Requesters: Sendable {
         }
     }
 
-    private let waiting = Locked<[Address: [UInt64: any AnswerWaiter]]>([:])
+    /// A caller waiting at an address, with the digest of its keyed call (0 for an unkeyed one).
+    @usableFromInline
+    struct Waiting {
+        @usableFromInline var waiter: any AnswerWaiter
+        @usableFromInline var call: UInt64
+
+        @inlinable
+        init(_ waiter: any AnswerWaiter, call: UInt64) {
+            self.waiter = waiter
+            self.call = call
+        }
+
+        /// Whether `delivery` is this caller's answer.
+        func takes(_ delivery: ReplyDelivery) -> Bool {
+            delivery.call.map { $0 == call } ?? true
+        }
+    }
+
+    private let waiting = Locked<[Address: [UInt64: Waiting]]>([:])
     /// Replies that found nobody waiting: the caller gave up or was answered already, or none asked.
     @usableFromInline let dropped = Atomic<Int>(0)
     /// The requests' deadlines.
     @usableFromInline let timer: RequestTimer
 
     @usableFromInline
-    init(clock: any Clock<Duration>) {
+    package init(clock: any Clock<Duration>) {
         timer = RequestTimer(clock: clock)
     }
 
     @usableFromInline
-    func register(_ waiter: any AnswerWaiter, ticket: UInt64, reply: UInt64, in stream: String) {
-        waiting.withLock { $0[Address(stream: stream, reply: reply), default: [:]][ticket] = waiter }
+    func register(_ waiter: any AnswerWaiter, ticket: UInt64, reply: UInt64, call: UInt64, in stream: String) {
+        waiting.withLock {
+            $0[Address(stream: stream, reply: reply), default: [:]][ticket] = Waiting(waiter, call: call)
+        }
     }
 
     @usableFromInline
@@ -45,19 +65,27 @@ final class Requesters: Sendable {
         }
     }
 
-    /// Hands `delivery` to every caller waiting for its address in `stream`.
+    /// Hands `delivery` to every caller waiting for its address in `stream` (those of its call, when it
+    /// names one).
     @usableFromInline
-    func deliver(_ delivery: ReplyDelivery, in stream: String) {
-        let waiters = waiting.withLock { $0.removeValue(forKey: Address(stream: stream, reply: delivery.reply)) }
+    package func deliver(_ delivery: ReplyDelivery, in stream: String) {
+        let address = Address(stream: stream, reply: delivery.reply)
+        let waiters = waiting.withLock { waiting -> [Waiting] in
+            guard let all = waiting.removeValue(forKey: address) else { return [] }
+            if all.values.allSatisfy({ $0.takes(delivery) }) { return Array(all.values) }
+            // Callers of another event under the same key wait on: the loop refuses them.
+            waiting[address] = all.filter { !$0.value.takes(delivery) }
+            return all.values.filter { $0.takes(delivery) }
+        }
         var answered = false
-        for waiter in waiters?.values ?? [:].values where waiter.settle(delivery.value) { answered = true }
+        for waiting in waiters where waiting.waiter.settle(delivery.value) { answered = true }
         if !answered { dropped.add(1, ordering: .relaxed) }
     }
 
     @usableFromInline
-    func refuse(_ ticket: UInt64, reply: UInt64, in stream: String, with error: RequestError) {
-        let waiter = waiting.withLock { $0[Address(stream: stream, reply: reply)]?.removeValue(forKey: ticket) }
-        waiter?.fail(error)
+    package func refuse(_ ticket: UInt64, reply: UInt64, in stream: String, with error: RequestError) {
+        let waiting = waiting.withLock { $0[Address(stream: stream, reply: reply)]?.removeValue(forKey: ticket) }
+        waiting?.waiter.fail(error)
     }
 
     /// Fails every caller waiting for a reply from `stream`.
@@ -65,7 +93,7 @@ final class Requesters: Sendable {
     func fail(_ stream: String, with error: RequestError) {
         let waiters = waiting.withLock { waiting in
             let addresses = waiting.keys.filter { $0.stream == stream }
-            return addresses.flatMap { waiting.removeValue(forKey: $0)?.values.map { $0 } ?? [] }
+            return addresses.flatMap { waiting.removeValue(forKey: $0)?.values.map(\.waiter) ?? [] }
         }
         for waiter in waiters { waiter.fail(error) }
     }
@@ -75,47 +103,58 @@ final class Requesters: Sendable {
         timer.stop()
         let waiters = waiting.withLock { waiting in
             defer { waiting = [:] }
-            return waiting.values.flatMap { $0.values }
+            return waiting.values.flatMap { $0.values.map(\.waiter) }
         }
         for waiter in waiters { waiter.fail(error) }
     }
 
     /// Sends a request with `deliver` and waits for its reply, or the error that ended the wait. The
-    /// reply address is derived from the key for a keyed request (so every repeat waits on the same
-    /// one, in every process), and unique within the process otherwise.
+    /// reply address is derived from the stream and key for a keyed request (so every repeat waits on
+    /// the same one, in every process), and unique within the process otherwise.
     @inlinable
-    func perform<Value: Sendable, Event>(
+    package func perform<Value: Sendable, Event>(
         stream: String,
         key: String?,
         timeout: Duration?,
         make: (ReplyTo<Value>) -> Event,
-        fingerprint: (Event) throws -> UInt64,
+        encode: (Event) throws -> [UInt8],
         deliver: (DurableCall<Event>) -> Delivery,
         refusal: (Rejection) -> RequestError
     ) async throws(RequestError) -> Value {
         if Task.isCancelled { throw .cancelled }
         if let key, let problem = KeyLimits.problem(with: key) { throw .invalid(problem) }
-        // A keyed request's address is derived from its stream, key and event, so the repeats of one
-        // request share it (in any process) and another event under the key never receives its answer.
-        // The event's digest is taken with a placeholder address, as the address depends on it.
-        var reply = unkeyedReplies.add(1, ordering: .relaxed).newValue & ~(1 << 63)
+        // A keyed request's event is encoded once, here: its digest tells a repeat from another event
+        // under the key, and the loop stores the same bytes. Deliveries name the digest of the call they
+        // answer, so another event under the key, which waits on the same address, never receives it.
+        let reply =
+            key.map { keyedReply(stream: stream, key: $0) }
+            ?? unkeyedReplies.add(1, ordering: .relaxed).newValue & ~(1 << 63)
+        let event = make(ReplyTo(id: reply))
         var digest: UInt64 = 0
-        if let key {
+        var encoded: [UInt8]?
+        if key != nil {
             do {
-                digest = try fingerprint(make(ReplyTo(id: 0)))
+                let bytes = try encode(event)
+                digest = fingerprint(bytes)
+                encoded = bytes
             } catch {
                 throw .invalid("the event does not encode: \(error)")
             }
-            reply = keyedReply(stream: stream, key: key, event: digest)
         }
-        let event = make(ReplyTo(id: reply))
         let ticket = ticketNumbers.add(1, ordering: .relaxed).newValue
         let waiter = TypedAnswerWaiter<Value>()
-        register(waiter, ticket: ticket, reply: reply, in: stream)
+        register(waiter, ticket: ticket, reply: reply, call: digest, in: stream)
         defer { remove(ticket: ticket, reply: reply, in: stream) }
         let deadline = timeout.map { timer.add(waiter, timeout: $0) }
         defer { if let deadline { timer.remove(deadline) } }
-        let call = DurableCall(event: event, key: key, fingerprint: digest, reply: reply, ticket: ticket)
+        let call = DurableCall(
+            event: event,
+            key: key,
+            fingerprint: digest,
+            reply: reply,
+            ticket: ticket,
+            encoded: encoded
+        )
         let result = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<Value, RequestError>, Never>) in
                 waiter.waiter.install(continuation)
@@ -136,11 +175,27 @@ final class Requesters: Sendable {
 @usableFromInline
 let unkeyedReplies = Atomic<UInt64>(UInt64.random(in: 0..<(1 << 62)))
 
-/// The reply address of the request under `key` to `stream` whose event has the digest `event`: the same
-/// in every process, with the top bit set so it never meets an unkeyed one.
+/// The reply address of the requests under `key` to `stream`: the same in every process, with the top
+/// bit set so it never meets an unkeyed one.
 @usableFromInline
-func keyedReply(stream: String, key: String, event: UInt64) -> UInt64 {
+package func keyedReply(stream: String, key: String) -> UInt64 {
+    fingerprint(key.utf8, seed: fingerprint(stream.utf8) ^ 0x6C6F_6F70_6B65_7973) | (1 << 63)
+}
+
+/// The reply address earlier builds derived for the request under `key` to `stream` whose event,
+/// encoded with a placeholder address, had the digest `event`. An entry recorded so has that digest,
+/// which a repeat (encoded with its real address) cannot reproduce; ``KeyWindow/Entry/isLegacy(in:)``.
+package func legacyKeyedReply(stream: String, key: String, event: UInt64) -> UInt64 {
     fingerprint(key.utf8, seed: fingerprint(stream.utf8) ^ event ^ 0x9E37_79B9_7F4A_7C15) | (1 << 63)
+}
+
+extension KeyWindow.Entry {
+    /// Whether an earlier build recorded it (its digest was taken with a placeholder reply address,
+    /// and its address derived from that digest): a repeat's digest cannot be compared with it.
+    @usableFromInline
+    func isLegacy(in stream: String) -> Bool {
+        reply != 0 && reply == legacyKeyedReply(stream: stream, key: key, event: fingerprint)
+    }
 }
 
 /// What a caller's key may be.
