@@ -25,7 +25,16 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         case sync(@Sendable (Effect, Send<Event>) throws -> Void)
         /// Performed in a task of its own.
         case async(@Sendable (Effect, Send<Event>) async throws -> Void)
+        /// Started inline right after the update, without a task, and finished later: the closure begins
+        /// the work and calls its completion once, from any thread, when the effect is done. The loop
+        /// counts it running until then (a graceful stop waits for it). Started in a task, awaiting the
+        /// completion, when its lifecycle lets the loop cancel it or time it out.
+        case completing(@Sendable (Effect, Send<Event>, @escaping Completion) -> Void)
     }
+
+    /// How a ``Performer/completing(_:)`` effect says it is done.
+    @usableFromInline
+    package typealias Completion = @Sendable (Result<Void, any Error>) -> Void
 
     /// One row of the table: which effects it takes, and how it performs them.
     @usableFromInline
@@ -112,6 +121,40 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         return copy
     }
 
+    /// ``route(_:to:)`` with `handler`, or, when `completing` is given, ``route(_:completing:)`` with it:
+    /// for a wrapper that starts work inline only where its service can complete it.
+    @inlinable
+    package func route<Payload>(
+        _ extract: @escaping @Sendable (Effect) -> Payload?,
+        to handler: some EffectHandler<Payload, Event>,
+        completing start: (@Sendable (Payload, Send<Event>, @escaping Completion) -> Void)?
+    ) -> EffectRouter {
+        guard let start else { return route(extract, to: handler) }
+        return route(extract, completing: start)
+    }
+
+    /// Adds a route: effects for which `extract` returns a payload are started by `start`, inline, and
+    /// end when `start` calls its completion (see ``Performer/completing(_:)``): work that waits
+    /// elsewhere (a store's writer thread) without holding a task while it waits.
+    @inlinable
+    package func route<Payload>(
+        _ extract: @escaping @Sendable (Effect) -> Payload?,
+        completing start: @escaping @Sendable (Payload, Send<Event>, @escaping Completion) -> Void
+    ) -> EffectRouter {
+        var copy = self
+        copy.hasAsyncRoutes = true
+        copy.routes.append(
+            Route(
+                accepts: { extract($0) != nil },
+                performer: .completing { effect, send, done in
+                    guard let payload = extract(effect) else { return done(.success(())) }
+                    start(payload, send, done)
+                }
+            )
+        )
+        return copy
+    }
+
     /// Turns errors of effects (thrown by a handler, a timeout, or no route) into events for the update.
     ///
     /// Return `nil` for an error the program does not handle; it then goes to the loop's observer.
@@ -178,6 +221,11 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
                     accepts: route.accepts,
                     performer: .async { effect, send in try await perform(effect, send.map(embed)) }
                 )
+            case .completing(let start):
+                EffectRouter<Effect, Outer>.Route(
+                    accepts: route.accepts,
+                    performer: .completing { effect, send, done in start(effect, send.map(embed), done) }
+                )
             }
         }
         if let errorMapping {
@@ -234,6 +282,16 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
                         guard let inner = extract(effect) else { return }
                         guard let key, let value = key(effect) else { return try await perform(inner, send) }
                         try await IdempotencyKey.$current.withValue(value) { try await perform(inner, send) }
+                    }
+                )
+            case .completing(let start):
+                return EffectRouter<Outer, Event>.Route(
+                    accepts: { extract($0).map(accepts) ?? false },
+                    performer: .completing { effect, send, done in
+                        guard let inner = extract(effect) else { return done(.success(())) }
+                        guard let key, let value = key(effect) else { return start(inner, send, done) }
+                        // The key is current while the work starts; what runs later is the starter's to key.
+                        IdempotencyKey.$current.withValue(value) { start(inner, send, done) }
                     }
                 )
             }

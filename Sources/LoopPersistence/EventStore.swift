@@ -103,3 +103,18 @@ public struct StoredEvents: AsyncSequence, Sendable {
         }
     }
 }
+
+/// A store that appends without a task waiting for it: it calls back, from its own thread, once the
+/// events are durable. A durable loop on such a store starts its appends inline and holds no task per
+/// append in flight.
+@usableFromInline
+package protocol AppendingWithCompletion: EventStore {
+    /// Appends as ``EventStore/append(_:to:expecting:)`` does, and calls `completion` once with what
+    /// that would return or throw.
+    func append(
+        _ payloads: [[UInt8]],
+        to stream: String,
+        expecting expectedVersion: UInt64,
+        then completion: @escaping @Sendable (Result<UInt64, EventStoreError>) -> Void
+    )
+}

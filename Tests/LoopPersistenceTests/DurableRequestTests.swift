@@ -495,6 +495,26 @@ final class GatedStore: EventStore {
         _ = try await again.value
     }
 
+    @Test func aGracefulStopWaitsForAnAppendTheFileStoreIsWritingAndTheCallerIsAnswered() async throws {
+        // On the file store an append holds no task: the store's writer ends it. The stop must still
+        // wait for it, and the request be answered, not failed as ended.
+        let directory = try TemporaryDirectory()
+        let io = FaultyIO()
+        io.counts.withLock { $0.holdFirstWrite = true }
+        let store = try FileEventStore(directory: directory.path, io: io)
+        let accounts = Account.Group(program: Account.program, effects: Account.router, store: store)
+        let running = Task { try await accounts.run() }
+        let asked = Task { try await accounts.request(to: "a", key: "d") { .deposit(5, replyTo: $0) } }
+        await eventually("the append is being written") { io.counts.withLock { $0.writes } == 1 }
+        accounts.stop()
+        io.release()
+        #expect(try await asked.value == .done(balance: 5))
+        let report = try await running.value
+        #expect(report.eventsProcessed == 1)
+        #expect(try await store.version(of: "a") == 1)
+        await store.close()
+    }
+
     @Test func anotherEventUnderAKeyInFlightIsRefusedAndNeverGetsItsAnswer() async throws {
         let store = GatedStore()
         let accounts = Account.Group(program: Account.program, effects: Account.router, store: store)

@@ -87,6 +87,25 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         to stream: String,
         expecting: UInt64
     ) async -> DurableInput<State, Event> {
+        let payloads: [[UInt8]]
+        switch self.payloads(batch, notes: notes, of: stream) {
+        case .success(let encoded): payloads = encoded
+        case .failure(let failure): return failure.input
+        }
+        do {
+            return .recorded(upTo: try await store.append(payloads, to: stream, expecting: expecting))
+        } catch {
+            return .failed("\(error)")
+        }
+    }
+
+    /// The stored bytes of each event of `batch`, with its note: the bytes its caller encoded, when it did.
+    @inlinable
+    func payloads(
+        _ batch: [Event],
+        notes: [Int: EventNote],
+        of stream: String
+    ) -> Result<[[UInt8]], EncodingFailure> {
         var payloads: [[UInt8]] = []
         payloads.reserveCapacity(batch.count)
         do {
@@ -95,12 +114,19 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 payloads.append(RecordEnvelope.event(try note?.encoded ?? events.encode(event), note: note))
             }
         } catch {
-            return .failed("stream '\(stream)': cannot encode an event: \(error)")
+            return .failure(EncodingFailure(input: .failed("stream '\(stream)': cannot encode an event: \(error)")))
         }
-        do {
-            return .recorded(upTo: try await store.append(payloads, to: stream, expecting: expecting))
-        } catch {
-            return .failed("\(error)")
+        return .success(payloads)
+    }
+
+    /// An event of a batch that does not encode: the input that stops the loop.
+    @usableFromInline
+    struct EncodingFailure: Error {
+        @usableFromInline var input: DurableInput<State, Event>
+
+        @inlinable
+        init(input: DurableInput<State, Event>) {
+            self.input = input
         }
     }
 
@@ -199,7 +225,10 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                         keys: keys
                     )
                 },
-                to: ClosureEffectHandler { append, send in await storage.perform(append, send: send, tally: tally) }
+                to: ClosureEffectHandler { append, send in await storage.perform(append, send: send, tally: tally) },
+                completing: (store as? any AppendingWithCompletion).map { store in
+                    { append, send, done in storage.start(append, on: store, send: send, tally: tally, done: done) }
+                }
             )
             .route(
                 { if case .acknowledge(let acknowledgements) = $0 { acknowledgements } else { nil } },
@@ -287,15 +316,80 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             to: append.stream,
             expecting: append.expecting
         )
+        guard case .recorded(let version) = acknowledge(append, outcome, send: send, tally: tally),
+            let snapshot = append.snapshot
+        else { return }
+        await save(snapshot, of: append, at: version, send: send, tally: tally)
+    }
+
+    /// ``perform(_:send:tally:)`` without a task waiting for the store: the events are encoded here, the
+    /// store's writer sends the loop the outcome, and `done` ends the effect (after the snapshot, if any,
+    /// is saved, in a task of its own then).
+    @inlinable
+    func start(
+        _ append: Append,
+        on store: any AppendingWithCompletion,
+        send: Send<DurableInput<State, Event>>,
+        tally: StoreTally,
+        done: @escaping EffectRouter<DurableEffect<State, Event, Effect>, DurableInput<State, Event>>.Completion
+    ) {
+        tally.tasksRun.add(1, ordering: .relaxed)
+        let ended: @Sendable () -> Void = {
+            tally.tasksEnded.add(1, ordering: .relaxed)
+            done(.success(()))
+        }
+        let payloads: [[UInt8]]
+        switch self.payloads(append.events, notes: append.notes, of: append.stream) {
+        case .success(let encoded):
+            payloads = encoded
+        case .failure(let failure):
+            _ = acknowledge(append, failure.input, send: send, tally: tally)
+            return ended()
+        }
+        store.append(payloads, to: append.stream, expecting: append.expecting) { result in
+            let outcome: DurableInput<State, Event> =
+                switch result {
+                case .success(let version): .recorded(upTo: version)
+                case .failure(let error): .failed("\(error)")
+                }
+            guard case .recorded(let version) = acknowledge(append, outcome, send: send, tally: tally),
+                let snapshot = append.snapshot
+            else { return ended() }
+            Task {
+                await save(snapshot, of: append, at: version, send: send, tally: tally)
+                ended()
+            }
+        }
+    }
+
+    /// Counts the append's outcome and sends it to the loop: acknowledged first, so a snapshot is saved
+    /// after, while the next batch is under way. Returns `outcome`.
+    @inlinable
+    func acknowledge(
+        _ append: Append,
+        _ outcome: DurableInput<State, Event>,
+        send: Send<DurableInput<State, Event>>,
+        tally: StoreTally
+    ) -> DurableInput<State, Event> {
         if case .recorded = outcome {
             tally.appends.add(1, ordering: .relaxed)
             tally.eventsAppended.add(append.events.count, ordering: .relaxed)
         } else {
             tally.failures.add(1, ordering: .relaxed)
         }
-        // Acknowledged first: the snapshot is saved after, while the next batch is under way.
         tally.sent(send(outcome))
-        guard case .recorded(let version) = outcome, let snapshot = append.snapshot else { return }
+        return outcome
+    }
+
+    /// Saves the snapshot an append carries, recorded at `version`, and counts what became of it.
+    @inlinable
+    func save(
+        _ snapshot: State,
+        of append: Append,
+        at version: UInt64,
+        send: Send<DurableInput<State, Event>>,
+        tally: StoreTally
+    ) async {
         switch await save(snapshot, keys: append.keys, of: append.stream, at: version) {
         case .saved:
             tally.snapshotsSaved.add(1, ordering: .relaxed)

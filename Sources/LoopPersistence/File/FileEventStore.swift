@@ -32,7 +32,7 @@ internal import Darwin
 ///   store refuses further writes (the kernel may have dropped the data) until it is opened again.
 ///
 /// Memory holds an index of a few words per stream (see `Docs/Persistence.md`), not the history.
-public final class FileEventStore: EventStore {
+public final class FileEventStore: AppendingWithCompletion {
     /// How the store lays out its files.
     public struct Options: Sendable {
         /// The size past which the store starts a new log file (64 MiB by default).
@@ -222,7 +222,7 @@ public final class FileEventStore: EventStore {
             defer { shared.queued = [] }
             return shared.queued
         }
-        for operation in queued { operation.continuation.resume(throwing: Self.closedError) }
+        for operation in queued { operation.finish(.failure(Self.closedError)) }
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             writer.async {
                 // Runs after any flush already scheduled on the writer: nothing writes after this.
@@ -246,21 +246,64 @@ public final class FileEventStore: EventStore {
     ) async throws
         -> UInt64
     {
+        if let settled = try settledAppend(payloads, to: stream, expecting: expectedVersion).get() {
+            return settled
+        }
+        return try await withCheckedThrowingContinuation { continuation in
+            submit(
+                .append(stream: stream, payloads: payloads, expected: expectedVersion),
+                .continuation(continuation)
+            )
+        }
+    }
+
+    /// See ``AppendingWithCompletion``: calls `completion` from the writer's thread once the events are
+    /// on disk (at once, on this thread, for an append refused before it is queued).
+    @usableFromInline
+    package func append(
+        _ payloads: [[UInt8]],
+        to stream: String,
+        expecting expectedVersion: UInt64,
+        then completion: @escaping @Sendable (Result<UInt64, EventStoreError>) -> Void
+    ) {
+        switch settledAppend(payloads, to: stream, expecting: expectedVersion) {
+        case .success(let settled?): completion(.success(settled))
+        case .failure(let error): completion(.failure(error))
+        case .success(nil):
+            submit(.append(stream: stream, payloads: payloads, expected: expectedVersion), .callback(completion))
+        }
+    }
+
+    /// The outcome of an append decided without the writer (an empty batch, one too large), or `nil`.
+    private func settledAppend(
+        _ payloads: [[UInt8]],
+        to stream: String,
+        expecting expectedVersion: UInt64
+    ) -> Result<UInt64?, EventStoreError> {
         if payloads.isEmpty {
-            let version = try await self.version(of: stream)
-            guard version == expectedVersion else {
-                throw EventStoreError(.versionConflict(expected: expectedVersion, actual: version), stream: stream)
+            let version: UInt64
+            do throws(EventStoreError) {
+                version = try view(of: stream).entry?.version ?? 0
+            } catch {
+                return .failure(error)
             }
-            return version
+            guard version == expectedVersion else {
+                return .failure(
+                    EventStoreError(.versionConflict(expected: expectedVersion, actual: version), stream: stream)
+                )
+            }
+            return .success(version)
         }
         let size = LogRecord.framedSize(stream: stream, payloads: payloads)
         guard size - RecordFrame.headerSize <= RecordFrame.maximumPayload else {
-            throw EventStoreError(
-                .invalid(reason: "a batch of \(size) bytes, past the limit of \(RecordFrame.maximumPayload)"),
-                stream: stream
+            return .failure(
+                EventStoreError(
+                    .invalid(reason: "a batch of \(size) bytes, past the limit of \(RecordFrame.maximumPayload)"),
+                    stream: stream
+                )
             )
         }
-        return try await submit(.append(stream: stream, payloads: payloads, expected: expectedVersion))
+        return .success(nil)
     }
 
     /// See ``EventStore/read(_:after:limit:)``.
@@ -316,7 +359,9 @@ public final class FileEventStore: EventStore {
                 stream: snapshot.stream
             )
         }
-        _ = try await submit(.save(snapshot))
+        _ = try await withCheckedThrowingContinuation { continuation in
+            submit(.save(snapshot), .continuation(continuation))
+        }
     }
 
     /// See ``EventStore/latestSnapshot(of:)``.
@@ -346,7 +391,21 @@ public final class FileEventStore: EventStore {
 
     struct Queued {
         let operation: Operation
-        let continuation: CheckedContinuation<UInt64, any Error>
+        let waiter: Waiter
+
+        /// Tells whoever waits for the operation how it ended.
+        func finish(_ result: Result<UInt64, EventStoreError>) {
+            switch waiter {
+            case .continuation(let continuation): continuation.resume(with: result.mapError { $0 })
+            case .callback(let callback): callback(result)
+            }
+        }
+    }
+
+    /// Who waits for a queued operation: a suspended task, or a callback the writer calls.
+    enum Waiter {
+        case continuation(CheckedContinuation<UInt64, any Error>)
+        case callback(@Sendable (Result<UInt64, EventStoreError>) -> Void)
     }
 
     struct Shared {
@@ -418,21 +477,21 @@ public final class FileEventStore: EventStore {
         return view
     }
 
-    private func submit(_ operation: Operation) async throws -> UInt64 {
-        try await withCheckedThrowingContinuation { continuation in
-            let (start, refusal) = shared.withLock { shared -> (Bool, EventStoreError?) in
-                if shared.closed { return (false, Self.closedError) }
-                if options.readOnly { return (false, readOnlyError) }
-                if let broken = shared.broken { return (false, broken) }
-                shared.queued.append(Queued(operation: operation, continuation: continuation))
-                defer { shared.flushing = true }
-                return (!shared.flushing, nil)
-            }
-            if let refusal {
-                continuation.resume(throwing: EventStoreError(refusal.kind, stream: operation.stream))
-            } else if start {
-                writer.async { self.flushWhileQueued() }
-            }
+    /// Queues `operation` for the writer; `waiter` hears how it ended.
+    private func submit(_ operation: Operation, _ waiter: Waiter) {
+        let queued = Queued(operation: operation, waiter: waiter)
+        let (start, refusal) = shared.withLock { shared -> (Bool, EventStoreError?) in
+            if shared.closed { return (false, Self.closedError) }
+            if options.readOnly { return (false, readOnlyError) }
+            if let broken = shared.broken { return (false, broken) }
+            shared.queued.append(queued)
+            defer { shared.flushing = true }
+            return (!shared.flushing, nil)
+        }
+        if let refusal {
+            queued.finish(.failure(EventStoreError(refusal.kind, stream: operation.stream)))
+        } else if start {
+            writer.async { self.flushWhileQueued() }
         }
     }
 
@@ -490,9 +549,9 @@ public final class FileEventStore: EventStore {
             for (queued, result) in zip(batch.queued, batch.results) {
                 // A refusal (a version conflict, say) stands; what would have been written fails.
                 if case .failure(let refusal) = result {
-                    queued.continuation.resume(throwing: refusal)
+                    queued.finish(.failure(refusal))
                 } else {
-                    queued.continuation.resume(throwing: EventStoreError(cause.kind, stream: queued.operation.stream))
+                    queued.finish(.failure(EventStoreError(cause.kind, stream: queued.operation.stream)))
                 }
             }
             return
@@ -507,7 +566,7 @@ public final class FileEventStore: EventStore {
             shared.statistics.bytes += batch.bytes.count
             shared.statistics.syncs += 1
         }
-        for (queued, result) in zip(batch.queued, batch.results) { queued.continuation.resume(with: result) }
+        for (queued, result) in zip(batch.queued, batch.results) { queued.finish(result) }
         if grown >= options.segmentBytes { roll(after: batch.segment) }
     }
 

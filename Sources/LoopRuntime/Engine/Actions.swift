@@ -46,18 +46,24 @@ struct Admitted<Effect: Sendable, Event: Sendable>: Sendable {
     var lifecycle: EffectLifecycle
     @usableFromInline
     var perform: @Sendable (Effect, Send<Event>) async throws -> Void
+    /// For an effect whose route completes it (``EffectRouter/Performer/completing(_:)``): how to start
+    /// it without a task, when it is not controlled.
+    @usableFromInline
+    var start: (@Sendable (Effect, Send<Event>, @escaping EffectRouter<Effect, Event>.Completion) -> Void)?
 
     @inlinable
     init(
         id: UInt64,
         effect: Effect,
         lifecycle: EffectLifecycle,
-        perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void
+        perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void,
+        start: (@Sendable (Effect, Send<Event>, @escaping EffectRouter<Effect, Event>.Completion) -> Void)? = nil
     ) {
         self.id = id
         self.effect = effect
         self.lifecycle = lifecycle
         self.perform = perform
+        self.start = start
     }
 
     /// Whether the loop can cancel it on its own or time it out, so its handler runs in a task of its own.

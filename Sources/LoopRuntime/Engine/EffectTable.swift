@@ -113,6 +113,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         _ effect: Effect,
         _ lifecycle: EffectLifecycle,
         _ perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void,
+        start: (@Sendable (Effect, Send<Event>, @escaping EffectRouter<Effect, Event>.Completion) -> Void)? = nil,
         holds: Bool = true,
         report: inout LoopReport
     ) -> Admission<Effect, Event> {
@@ -142,7 +143,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
             }
         }
         nextID &+= 1
-        let admitted = Admitted(id: nextID, effect: effect, lifecycle: lifecycle, perform: perform)
+        let admitted = Admitted(id: nextID, effect: effect, lifecycle: lifecycle, perform: perform, start: start)
         enroll(admitted, report: &report)
         return .start(admitted, cancelling: cancelling, cancelled: cancelled)
     }

@@ -447,11 +447,29 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
                 decisions.append(Decision(index, .cancel(cancelling: cancelling, cancelled: cancelled)))
                 continue
             }
-            guard case .async(let perform)? = performer else { continue }
+            let perform: @Sendable (Effect, Send<Event>) async throws -> Void
+            var start: (@Sendable (Effect, Send<Event>, @escaping EffectRouter<Effect, Event>.Completion) -> Void)?
+            switch performer {
+            case .async(let async)?:
+                perform = async
+            case .completing(let completing)?:
+                // Uncontrolled, it starts inline; controlled, its task awaits the completion.
+                start = completing
+                perform = { effect, send in
+                    try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, any Error>) in
+                        completing(effect, send) { done.resume(with: $0) }
+                    }
+                }
+            default:
+                continue
+            }
             let holding: Bool
             if case .running = self.lifecycle { holding = true } else { holding = false }
             decisions.append(
-                Decision(index, self.effects.admit(effect, lifecycle, perform, holds: holding, report: &report))
+                Decision(
+                    index,
+                    self.effects.admit(effect, lifecycle, perform, start: start, holds: holding, report: &report)
+                )
             )
         }
         return Dispatch(effects: effects, decisions: decisions, host: decisions.isEmpty ? nil : host)

@@ -8,12 +8,36 @@ extension Loop {
     @inlinable
     func spawn(_ admitted: Admitted<Effect, Event>, on host: Host?) {
         if !admitted.isControlled { observe(.effectStarted(admitted.effect, lifecycle: admitted.lifecycle)) }
+        if let start = admitted.start, !admitted.isControlled {
+            return startInline(admitted, start, on: host)
+        }
         let job = Host.Job(
             run: { await self.perform(admitted) },
             abandon: { self.ended(admitted, .cancelled) }
         )
         guard let host = host ?? adoptedHost() else { return job.abandon() }
         host.spawn(job)
+    }
+
+    /// Starts an uncontrolled effect whose route completes it, on this thread; it ends when its route
+    /// calls the completion (from whichever thread finishes the work).
+    @inlinable
+    func startInline(
+        _ admitted: Admitted<Effect, Event>,
+        _ start: @Sendable (Effect, Send<Event>, @escaping EffectRouter<Effect, Event>.Completion) -> Void,
+        on host: Host?
+    ) {
+        // A loop with no host left has ended: the effect is cancelled, as a job would be.
+        guard host ?? adoptedHost() != nil else { return ended(admitted, .cancelled) }
+        let begun = context.sink == nil ? nil : ContinuousClock.now
+        start(admitted.effect, effectSend) { result in
+            // Called once by contract; were it called again, the engine no longer knows the effect's id
+            // and ignores the second end.
+            switch result {
+            case .success: self.ended(admitted, .completed, since: begun)
+            case .failure(let error): self.ended(admitted, .failed(error), since: begun)
+            }
+        }
     }
 
     /// Runs one asynchronous effect in its task, then accounts for it.

@@ -79,7 +79,7 @@ extension Loop {
         case nil where context.router.lifecycle(of: effect).policy == .cancel:
             // A `cancel` effect needs no route; with no asynchronous route there is nothing to cancel.
             break
-        case .async, nil:
+        case .async, .completing, nil:
             // The engine decides every asynchronous effect, so `.async` is never reached here; were it,
             // the effect would be reported rather than lost, as an unrouted one is.
             countSync(completed: false)
