@@ -332,7 +332,7 @@ extension DurableProgram {
                         let delivery = ReplyDelivery(
                             reply: found.reply,
                             value: found.value,
-                            call: entry.flatMap { $0.isLegacy(in: stream) ? nil : $0.fingerprint }
+                            call: entry?.fingerprint
                         )
                         effects.append(.reply(effect, stream: stream, delivery: delivery))
                     } else {
@@ -437,15 +437,20 @@ extension DurableState {
         if let replies, !effects.isEmpty, keys.count > 0 {
             var index = 0
             while index < effects.count {
-                if let found = replies.find(effects[index]), let entry = keys.entry(replying: found.reply) {
-                    if entry.answer == nil {
-                        let answer = RecordedAnswer(reply: found.reply, version: version, payload: found.encode())
-                        _ = keys.answer(found.reply, with: answer)
+                if let found = replies.find(effects[index]) {
+                    let version = self.version
+                    switch keys.answer(
+                        found.reply,
+                        with: { RecordedAnswer(reply: found.reply, version: version, payload: found.encode()) }
+                    ) {
+                    case .recorded(let answer):
                         note.answers.append(answer)
-                    } else {
+                    case .answeredBefore:
                         effects.remove(at: index)
                         duplicateReplies += 1
                         continue
+                    case .noKey:
+                        break
                     }
                 }
                 index += 1
@@ -515,11 +520,12 @@ extension DurableState {
     }
 
     /// The digest of the keyed call whose request has the reply address `reply`, for its delivery;
-    /// `nil` for an unkeyed request, one the window forgot, or one an earlier build recorded.
+    /// `nil` for an unkeyed request or one the window forgot. (A key an earlier build recorded has an
+    /// address of that build's: nobody waits there now, and a repeat gets its answer by key.)
     @inlinable
     func keyedCall(replying reply: UInt64) -> UInt64? {
-        guard keys.count > 0, let entry = keys.entry(replying: reply), !entry.isLegacy(in: stream) else { return nil }
-        return entry.fingerprint
+        guard keys.count > 0 else { return nil }
+        return keys.entry(replying: reply)?.fingerprint
     }
 
     /// Answers the readers whose events are all recorded, with the state as of the last recorded event.

@@ -122,6 +122,30 @@ public struct KeyWindow: Sendable, Equatable {
         return true
     }
 
+    /// What became of an answer to record.
+    @usableFromInline
+    enum Answering {
+        /// Recorded, as this.
+        case recorded(RecordedAnswer)
+        /// The request had its answer already.
+        case answeredBefore
+        /// No key in the window has this reply address.
+        case noKey
+    }
+
+    /// Records the answer `make` makes to the request with the reply address `reply`, unless the window
+    /// has no such request or it has its answer already: ``answer(_:with:)`` looking each up once.
+    @usableFromInline
+    mutating func answer(_ reply: UInt64, with make: () -> RecordedAnswer) -> Answering {
+        guard let key = storage?.byReply[reply] else { return .noKey }
+        let storage = mutableStorage()
+        guard let index = storage.entries.index(forKey: key) else { return .noKey }
+        guard storage.entries.values[index].answer == nil else { return .answeredBefore }
+        let answer = make()
+        storage.entries.values[index].answer = answer
+        return .recorded(answer)
+    }
+
     /// Equal when they keep the same capacity and the same entries in the same order.
     public static func == (lhs: KeyWindow, rhs: KeyWindow) -> Bool {
         lhs.capacity == rhs.capacity && lhs.all == rhs.all

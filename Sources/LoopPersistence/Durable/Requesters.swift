@@ -8,37 +8,58 @@ public import Synchronization
 /// recovered.
 @usableFromInline
 package final class Requesters: Sendable {
-    @usableFromInline
-    struct Address: Hashable {
-        @usableFromInline var stream: String
-        @usableFromInline var reply: UInt64
-
-        @inlinable
-        init(stream: String, reply: UInt64) {
-            self.stream = stream
-            self.reply = reply
-        }
-    }
-
-    /// A caller waiting at an address, with the digest of its keyed call (0 for an unkeyed one).
+    /// A caller waiting at a reply address: its ticket, the stream it asked, and the digest of its
+    /// keyed call (0 for an unkeyed one).
     @usableFromInline
     struct Waiting {
         @usableFromInline var waiter: any AnswerWaiter
+        @usableFromInline var ticket: UInt64
+        @usableFromInline var stream: String
         @usableFromInline var call: UInt64
 
         @inlinable
-        init(_ waiter: any AnswerWaiter, call: UInt64) {
+        init(_ waiter: any AnswerWaiter, ticket: UInt64, stream: String, call: UInt64) {
             self.waiter = waiter
+            self.ticket = ticket
+            self.stream = stream
             self.call = call
         }
 
-        /// Whether `delivery` is this caller's answer.
-        func takes(_ delivery: ReplyDelivery) -> Bool {
-            delivery.call.map { $0 == call } ?? true
+        /// Whether `delivery`, from `stream`, is this caller's answer.
+        func takes(_ delivery: ReplyDelivery, from stream: String) -> Bool {
+            self.stream == stream && (delivery.call.map { $0 == call } ?? true)
         }
     }
 
-    private let waiting = Locked<[Address: [UInt64: Waiting]]>([:])
+    /// The callers at one reply address: almost always one, so one needs no array.
+    enum Callers {
+        case one(Waiting)
+        case many([Waiting])
+
+        var all: [Waiting] {
+            switch self {
+            case .one(let waiting): [waiting]
+            case .many(let all): all
+            }
+        }
+
+        /// These callers with `waiting` added.
+        func adding(_ waiting: Waiting) -> Callers {
+            .many(all + [waiting])
+        }
+
+        /// These callers without those `leaves` picks (`nil` when none is left), and those it picked.
+        func removing(where leaves: (Waiting) -> Bool) -> (kept: Callers?, removed: [Waiting]) {
+            if case .one(let waiting) = self { return leaves(waiting) ? (nil, [waiting]) : (self, []) }
+            let all = self.all
+            let kept = all.filter { !leaves($0) }
+            return (kept.isEmpty ? nil : .many(kept), all.filter(leaves))
+        }
+    }
+
+    /// Callers by reply address. An address is unique within the process for an unkeyed request and
+    /// derived from the stream and key for a keyed one; each caller's stream is checked as well.
+    private let waiting = Locked<[UInt64: Callers]>([:])
     /// Replies that found nobody waiting: the caller gave up or was answered already, or none asked.
     @usableFromInline let dropped = Atomic<Int>(0)
     /// The requests' deadlines.
@@ -51,17 +72,24 @@ package final class Requesters: Sendable {
 
     @usableFromInline
     func register(_ waiter: any AnswerWaiter, ticket: UInt64, reply: UInt64, call: UInt64, in stream: String) {
-        waiting.withLock {
-            $0[Address(stream: stream, reply: reply), default: [:]][ticket] = Waiting(waiter, call: call)
+        let waiting = Waiting(waiter, ticket: ticket, stream: stream, call: call)
+        self.waiting.withLock { callers in
+            callers[reply] = callers[reply]?.adding(waiting) ?? .one(waiting)
         }
     }
 
     @usableFromInline
     func remove(ticket: UInt64, reply: UInt64, in stream: String) {
-        let address = Address(stream: stream, reply: reply)
-        waiting.withLock { waiting in
-            waiting[address]?[ticket] = nil
-            if waiting[address]?.isEmpty == true { waiting[address] = nil }
+        _ = take(reply) { $0.ticket == ticket }
+    }
+
+    /// Removes the callers at `reply` that `leaves` picks, and returns them.
+    private func take(_ reply: UInt64, where leaves: (Waiting) -> Bool) -> [Waiting] {
+        waiting.withLock { callers in
+            guard let at = callers[reply] else { return [] }
+            let (kept, removed) = at.removing(where: leaves)
+            if !removed.isEmpty { callers[reply] = kept }
+            return removed
         }
     }
 
@@ -69,14 +97,8 @@ package final class Requesters: Sendable {
     /// names one).
     @usableFromInline
     package func deliver(_ delivery: ReplyDelivery, in stream: String) {
-        let address = Address(stream: stream, reply: delivery.reply)
-        let waiters = waiting.withLock { waiting -> [Waiting] in
-            guard let all = waiting.removeValue(forKey: address) else { return [] }
-            if all.values.allSatisfy({ $0.takes(delivery) }) { return Array(all.values) }
-            // Callers of another event under the same key wait on: the loop refuses them.
-            waiting[address] = all.filter { !$0.value.takes(delivery) }
-            return all.values.filter { $0.takes(delivery) }
-        }
+        // Callers of another event under the same key wait on: the loop refuses them.
+        let waiters = take(delivery.reply) { $0.takes(delivery, from: stream) }
         var answered = false
         for waiting in waiters where waiting.waiter.settle(delivery.value) { answered = true }
         if !answered { dropped.add(1, ordering: .relaxed) }
@@ -84,28 +106,33 @@ package final class Requesters: Sendable {
 
     @usableFromInline
     package func refuse(_ ticket: UInt64, reply: UInt64, in stream: String, with error: RequestError) {
-        let waiting = waiting.withLock { $0[Address(stream: stream, reply: reply)]?.removeValue(forKey: ticket) }
-        waiting?.waiter.fail(error)
+        for waiting in take(reply, where: { $0.ticket == ticket && $0.stream == stream }) { waiting.waiter.fail(error) }
     }
 
     /// Fails every caller waiting for a reply from `stream`.
     @usableFromInline
     func fail(_ stream: String, with error: RequestError) {
-        let waiters = waiting.withLock { waiting in
-            let addresses = waiting.keys.filter { $0.stream == stream }
-            return addresses.flatMap { waiting.removeValue(forKey: $0)?.values.map(\.waiter) ?? [] }
+        let waiters = waiting.withLock { callers in
+            var failed: [Waiting] = []
+            for reply in Array(callers.keys) {
+                guard let at = callers[reply] else { continue }
+                let (kept, removed) = at.removing { $0.stream == stream }
+                if !removed.isEmpty { callers[reply] = kept }
+                failed += removed
+            }
+            return failed
         }
-        for waiter in waiters { waiter.fail(error) }
+        for waiting in waiters { waiting.waiter.fail(error) }
     }
 
     @usableFromInline
     func failAll(with error: RequestError) {
         timer.stop()
-        let waiters = waiting.withLock { waiting in
-            defer { waiting = [:] }
-            return waiting.values.flatMap { $0.values.map(\.waiter) }
+        let waiters = waiting.withLock { callers in
+            defer { callers = [:] }
+            return callers.values.flatMap(\.all)
         }
-        for waiter in waiters { waiter.fail(error) }
+        for waiting in waiters { waiting.waiter.fail(error) }
     }
 
     /// Sends a request with `deliver` and waits for its reply, or the error that ended the wait. The
