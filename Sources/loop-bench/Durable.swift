@@ -110,16 +110,21 @@ extension Workloads {
         )
     }
 
-    /// The raw baseline of w7: `bytes` written in `syncs` equal writes, each followed by `fdatasync`.
+    /// The raw baseline of w7: `bytes` written in `syncs` equal writes, each followed by `fdatasync`,
+    /// into a file zero-filled ahead, as the file store writes (its batches overwrite zeros, so their
+    /// syncs write no file size).
     static func rawAppends(bytes: Int, syncs: Int, events: Int) throws -> Double {
         let directory = scratchStore("w7raw")
         defer { removeTree(directory) }
         let descriptor = open(directory + "/log", O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         defer { close(descriptor) }
+        let zeros = [UInt8](repeating: 0, count: bytes + 4_096)
+        _ = zeros.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
+        fdatasync(descriptor)
         let chunk = [UInt8](repeating: 7, count: max(1, bytes / max(1, syncs)))
         let start = ContinuousClock.now
-        for _ in 0..<max(1, syncs) {
-            _ = chunk.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        for index in 0..<max(1, syncs) {
+            _ = chunk.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, off_t(index * $0.count)) }
             fdatasync(descriptor)
         }
         let elapsed = ContinuousClock.now - start

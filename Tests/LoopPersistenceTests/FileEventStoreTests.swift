@@ -114,7 +114,7 @@ import Glibc
         let log = directory.path + "/segment-00000000.log"
         let store = try FileEventStore(directory: directory.path)
         _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
-        let good = try directory.size(of: "segment-00000000.log")
+        let good = store.statistics.bytes
         // The process dies here: its manifest is the one it wrote when it opened.
         let manifest = try directory.contents(of: "store.manifest")
         _ = try await store.append([Self.payload(2), Self.payload(3)], to: "s", expecting: 1)
@@ -136,16 +136,62 @@ import Glibc
         await reopened.close()
     }
 
-    @Test func aZeroFilledTailIsAnUnfinishedWrite() async throws {
+    @Test func zerosAfterTheLastCommitAreSpaceWrittenAheadAndAreUsedNext() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try FileEventStore(directory: directory.path)
+        _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
+        // While it runs, the last log file is zero-filled ahead of its records.
+        let good = store.statistics.bytes
+        #expect(try directory.size(of: "segment-00000000.log") > good)
+        #expect(try directory.contents(of: "segment-00000000.log")[good...].allSatisfy { $0 == 0 })
+        await store.close()
+        // A closed store's file ends at its last commit; a crashed one's keeps its zeros.
+        #expect(try directory.size(of: "segment-00000000.log") == good)
+        try directory.appendBytes([UInt8](repeating: 0, count: 4_096), to: "segment-00000000.log")
+        let reopened = try FileEventStore(directory: directory.path)
+        #expect(reopened.recovery.truncated == nil)
+        #expect(try await reopened.version(of: "s") == 1)
+        // The next records overwrite the zeros, from the end of the last commit.
+        #expect(try await reopened.append([Self.payload(2)], to: "s", expecting: 1) == 2)
+        let grown = good + reopened.statistics.bytes
+        await reopened.close()
+        #expect(try directory.size(of: "segment-00000000.log") == grown)
+        let again = try FileEventStore(directory: directory.path)
+        #expect(again.recovery.truncated == nil && again.recovery.events == 2)
+        #expect(try await again.read("s", after: 0, limit: 10).map(\.payload) == [Self.payload(1), Self.payload(2)])
+        await again.close()
+    }
+
+    @Test func recordsWithNoCommitBeforeTheZerosAreStillAnUnfinishedWrite() async throws {
         let directory = try TemporaryDirectory()
         let store = try FileEventStore(directory: directory.path)
         _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
         await store.close()
         let good = try directory.size(of: "segment-00000000.log")
-        try directory.appendBytes([UInt8](repeating: 0, count: 4_096), to: "segment-00000000.log")
+        // Part of a record whose commit never came, then the zeros written ahead of it.
+        let orphan: [UInt8] = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+        try directory.appendBytes(orphan + [UInt8](repeating: 0, count: 4_096), to: "segment-00000000.log")
         let reopened = try FileEventStore(directory: directory.path)
         #expect(reopened.recovery.truncated?.offset == good)
+        #expect(reopened.recovery.truncated?.bytes == orphan.count + 4_096)
         #expect(try await reopened.version(of: "s") == 1)
+        await reopened.close()
+    }
+
+    @Test func aSealedLogFileKeepsNoZerosAndOneWithZerosFromACrashStillOpens() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try FileEventStore(directory: directory.path, options: .init(segmentBytes: 300))
+        for version in 0..<12 {
+            _ = try await store.append([Self.payload(version + 1)], to: "s", expecting: UInt64(version))
+        }
+        // Rolled once past 300 bytes (records are 62 bytes): zero-filled 300 bytes ahead, cut when sealed.
+        let sealed = try directory.size(of: "segment-00000000.log")
+        #expect(sealed >= 300 && sealed < 362, "a sealed log file ends at its last commit")
+        await store.close()
+        // A crash between zero-filling and sealing: zeros after a sealed file's last commit.
+        try directory.appendBytes([UInt8](repeating: 0, count: 300), to: "segment-00000000.log")
+        let reopened = try FileEventStore(directory: directory.path, options: .init(segmentBytes: 300))
+        #expect(reopened.recovery.events == 12 && reopened.recovery.truncated == nil)
         await reopened.close()
     }
 
@@ -155,7 +201,7 @@ import Glibc
         let directory = try TemporaryDirectory()
         let store = try FileEventStore(directory: directory.path)
         _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
-        let second = try directory.size(of: "segment-00000000.log")
+        let second = store.statistics.bytes
         _ = try await store.append([Self.payload(2)], to: "s", expecting: 1)
         _ = try await store.append([Self.payload(3)], to: "s", expecting: 2)
         await store.close()
@@ -387,7 +433,7 @@ import Glibc
         let io = FaultyIO()
         let store = try FileEventStore(directory: directory.path, io: io)
         _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
-        let good = try directory.size(of: "segment-00000000.log")
+        let good = store.statistics.bytes
         io.counts.withLock { $0.failWrite = (afterBytes: 5, code: ENOSPC) }
         await #expect(
             throws: EventStoreError(
@@ -567,6 +613,16 @@ final class TemporaryDirectory: Sendable {
 
     func write(_ bytes: [UInt8], to name: String) throws {
         try Data(bytes).write(to: URL(fileURLWithPath: path + "/" + name))
+    }
+
+    func overwrite(_ bytes: [UInt8], at offset: Int, of name: String) throws {
+        let url = URL(fileURLWithPath: path + "/" + name)
+        var contents = try [UInt8](Data(contentsOf: url))
+        if contents.count < offset + bytes.count {
+            contents += [UInt8](repeating: 0, count: offset + bytes.count - contents.count)
+        }
+        contents.replaceSubrange(offset..<(offset + bytes.count), with: bytes)
+        try Data(contents).write(to: url)
     }
 
     func flipByte(at offset: Int, of name: String) throws {

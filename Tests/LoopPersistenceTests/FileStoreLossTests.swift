@@ -79,7 +79,7 @@ import Glibc
         let directory = try TemporaryDirectory()
         let store = try FileEventStore(directory: directory.path)
         _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
-        let first = try directory.size(of: "segment-00000000.log")
+        let first = store.statistics.bytes
         _ = try await store.append([Self.payload(2)], to: "s", expecting: 1)
         _ = try await store.append([Self.payload(3)], to: "s", expecting: 2)
         await store.close()
@@ -145,13 +145,14 @@ import Glibc
         let writer = try FileEventStore(directory: directory.path)
         _ = try await writer.append([Self.payload(1), Self.payload(2)], to: "s", expecting: 0)
         try await writer.save(Snapshot(stream: "s", version: 2, payload: [9]))
-        // What a write under way looks like to a reader: bytes with no commit after them.
-        try directory.appendBytes([1, 2, 3, 4, 5, 6, 7, 8, 9], to: "segment-00000000.log")
+        // What a write under way looks like to a reader: bytes with no commit after them, over the
+        // zeros written ahead.
+        try directory.overwrite([1, 2, 3, 4, 5, 6, 7, 8, 9], at: writer.statistics.bytes, of: "segment-00000000.log")
         let before = try Self.files(in: directory)
         let reader = try FileEventStore(directory: directory.path, options: .init(readOnly: true))
         #expect(try await reader.read("s", after: 0, limit: 10).map(\.payload) == [Self.payload(1), Self.payload(2)])
         #expect(try await reader.latestSnapshot(of: "s")?.payload == [9])
-        #expect(reader.recovery.truncated?.bytes == 9)
+        #expect(reader.recovery.truncated?.offset == writer.statistics.bytes)
         await #expect(throws: EventStoreError.self) { try await reader.append([[1]], to: "t", expecting: 0) }
         await reader.close()
         #expect(try Self.files(in: directory) == before, "a read-only open changed the directory")

@@ -227,6 +227,9 @@ public final class FileEventStore: AppendingWithCompletion {
             writer.async {
                 // Runs after any flush already scheduled on the writer: nothing writes after this.
                 if !self.options.readOnly {
+                    // A closed store's last log file ends at its last commit, as a sealed one does.
+                    let (last, size) = self.shared.withLock { ($0.segments.last, $0.size) }
+                    if let last, self.shared.withLock({ $0.broken == nil }) { _ = self.io.truncate(last, to: size) }
                     self.writeManifest(clean: true)
                     _ = flock(self.lockDescriptor, LOCK_UN)
                     _ = flock(self.directoryDescriptor, LOCK_UN)
@@ -414,6 +417,8 @@ public final class FileEventStore: AppendingWithCompletion {
         var segments: [Int32]
         /// The good length of the last log file.
         var size: Int
+        /// The length of the last log file: past `size`, zeros written ahead (see ``preallocate``).
+        var allocated: Int
         /// The events in the log.
         var events: UInt64
         /// The sequence number of the manifest written last.
@@ -432,6 +437,7 @@ public final class FileEventStore: AppendingWithCompletion {
             streams = opened.streams
             segments = opened.segments
             size = opened.size
+            allocated = max(opened.allocated, opened.size)
             events = opened.recovery.events
             manifestSequence = opened.manifestSequence
             sealed = opened.sizes.dropLast().reduce(0, +)
@@ -515,7 +521,8 @@ public final class FileEventStore: AppendingWithCompletion {
                     streams: streams,
                     segment: shared.segments.count - 1,
                     descriptor: shared.segments[shared.segments.count - 1],
-                    size: shared.size
+                    size: shared.size,
+                    allocated: shared.allocated
                 )
             }
             guard var batch else { return }
@@ -530,6 +537,8 @@ public final class FileEventStore: AppendingWithCompletion {
         let segment: Int
         let descriptor: Int32
         let size: Int
+        /// The file's length, zeros written ahead included; what the write leaves it at.
+        var allocated: Int
         var bytes: [UInt8] = []
         var results: [Result<UInt64, EventStoreError>] = []
         var events: UInt64 = 0
@@ -541,7 +550,7 @@ public final class FileEventStore: AppendingWithCompletion {
         if !batch.bytes.isEmpty {
             batch.bytes += RecordFrame.encode(LogRecord.commit(start: UInt64(batch.size)).encode())
         }
-        if !batch.bytes.isEmpty, let failure = write(batch) {
+        if !batch.bytes.isEmpty, let failure = write(&batch) {
             let cause = failure.error
             shared.withLock { shared in
                 if failure.breaks { shared.broken = Self.broken(by: cause, in: directory) }
@@ -560,6 +569,7 @@ public final class FileEventStore: AppendingWithCompletion {
         shared.withLock { shared in
             for (stream, entry) in batch.streams { shared.streams[stream] = entry }
             shared.size = grown
+            shared.allocated = batch.allocated
             shared.events += batch.events
             shared.statistics.events += batch.events
             shared.statistics.records += batch.records
@@ -605,9 +615,10 @@ public final class FileEventStore: AppendingWithCompletion {
         return .success(entry.version)
     }
 
-    /// Writes and syncs the batch's bytes after the last good record; on failure cuts the file back to
-    /// that record and says whether the store can still be trusted.
-    private func write(_ batch: Batch) -> (error: EventStoreError, breaks: Bool)? {
+    /// Writes and syncs the batch's bytes after the last good record (with zeros written ahead when it
+    /// reaches the end of those written before); on failure cuts the file back to that record and says
+    /// whether the store can still be trusted.
+    private func write(_ batch: inout Batch) -> (error: EventStoreError, breaks: Bool)? {
         let path = Self.path(of: batch.segment, in: directory)
         var done = 0
         var failure: (code: Int32, action: String)?
@@ -627,6 +638,8 @@ public final class FileEventStore: AppendingWithCompletion {
             }
         }
         if failure == nil {
+            let end = batch.size + batch.bytes.count
+            if end > batch.allocated { batch.allocated = preallocate(batch.descriptor, from: end) }
             let code = io.sync(batch.descriptor)
             if code != 0 { failure = (-code, "sync \(path)") }
         }
@@ -635,10 +648,36 @@ public final class FileEventStore: AppendingWithCompletion {
         // Cut back to the last good record, so no half record stays before the next good one.
         var cut = io.truncate(batch.descriptor, to: batch.size)
         if cut == 0 { cut = io.sync(batch.descriptor) }
+        shared.withLock { $0.allocated = batch.size }
         // After a failed fdatasync the kernel may have dropped the written pages: what the file holds is
         // unknown, so the store stops writing until it is opened (and its log read) again.
         return (error, cut != 0 || failure.action.hasPrefix("sync"))
     }
+
+    /// Writes zeros after `end` in the last log file, up to one chunk (4 MiB, or a segment if smaller),
+    /// synced with the batch that reached `end`; returns the file's length. The batches after it then
+    /// overwrite bytes the file already has, so their `fdatasync` writes no metadata (the file's size):
+    /// measured on this machine, 146 -> 100 µs a sync and 64 -> 45 µs of processor (Docs/Performance.md).
+    /// Zeros after the last commit read as space written ahead, not as an unfinished write. It is an
+    /// optimisation only: if the zeros cannot be written (a full disk), the batch stands and the file
+    /// ends at `end`.
+    private func preallocate(_ descriptor: Int32, from end: Int) -> Int {
+        let chunk = min(Self.preallocation, options.segmentBytes)
+        var done = 0
+        while done < chunk {
+            let written = Self.zeros.withUnsafeBytes { zeros in
+                pwrite(descriptor, zeros.baseAddress, min(zeros.count, chunk - done), off_t(end + done))
+            }
+            if written < 0 && errno == EINTR { continue }
+            guard written > 0 else { break }
+            done += written
+        }
+        return end + done
+    }
+
+    /// How far ahead the last log file is zero-filled.
+    static let preallocation = 4 * 1_024 * 1_024
+    private static let zeros = [UInt8](repeating: 0, count: 256 * 1_024)
 
     static func broken(by error: EventStoreError, in directory: String) -> EventStoreError {
         EventStoreError(
@@ -648,6 +687,10 @@ public final class FileEventStore: AppendingWithCompletion {
 
     /// Starts the next log file. If that fails, the store goes on writing the current one.
     private func roll(after segment: Int) {
+        // A sealed log file ends at its last commit: the zeros written ahead go first.
+        let (old, size) = shared.withLock { ($0.segments[segment], $0.size) }
+        guard io.truncate(old, to: size) == 0, io.sync(old) == 0 else { return }
+        shared.withLock { $0.allocated = size }
         let path = Self.path(of: segment + 1, in: directory)
         guard let descriptor = try? Files.openFile(path, create: true) else { return }
         guard (try? Files.syncDirectory(directory)) != nil else {
@@ -663,6 +706,7 @@ public final class FileEventStore: AppendingWithCompletion {
             shared.segments.append(descriptor)
             shared.sealed += shared.size
             shared.size = 0
+            shared.allocated = 0
         }
     }
 
@@ -752,6 +796,8 @@ public final class FileEventStore: AppendingWithCompletion {
         var streams = StreamTable()
         var segments: [Int32] = []
         var size = 0
+        /// The last log file's length, when zeros written ahead follow its good part.
+        var allocated = 0
         var recovery = Recovery(segments: 0, streams: 0, events: 0, truncated: nil)
         /// The sequence number of the manifest found (0 for none).
         var manifestSequence: UInt64 = 0
@@ -785,7 +831,7 @@ public final class FileEventStore: AppendingWithCompletion {
                     .corrupted(location: directory, reason: "\(path(of: expected, in: directory)) is missing")
                 )
             }
-            var tail: (descriptor: Int32, path: String, good: Int, size: Int)?
+            var tail: (descriptor: Int32, path: String, good: Int, size: Int, ahead: Bool)?
             for segment in numbers {
                 let path = path(of: segment, in: directory)
                 let descriptor = try Files.openFile(path, create: false, readOnly: options.readOnly)
@@ -803,7 +849,8 @@ public final class FileEventStore: AppendingWithCompletion {
                     last: segment == numbers.count - 1,
                     into: &opened
                 )
-                tail = (descriptor, path, good, bytes.count)
+                // Zeros after the last commit were written ahead, not written as records.
+                tail = (descriptor, path, good, bytes.count, bytes[good...].allSatisfy { $0 == 0 })
                 opened.size = good
                 opened.sizes.append(good)
             }
@@ -819,7 +866,9 @@ public final class FileEventStore: AppendingWithCompletion {
                 }
                 opened.recovery.lost = loss
             }
-            if let tail, tail.good < tail.size {
+            if let tail, tail.good < tail.size, tail.ahead {
+                opened.allocated = tail.size
+            } else if let tail, tail.good < tail.size {
                 if !options.readOnly {
                     guard io.truncate(tail.descriptor, to: tail.good) == 0, io.sync(tail.descriptor) == 0 else {
                         throw Files.error("cut the unfinished write at offset \(tail.good) of \(tail.path)")
@@ -894,6 +943,8 @@ public final class FileEventStore: AppendingWithCompletion {
         }
         /// The end of the good part, when what follows the last commit is an unfinished write.
         func unfinished(_ reason: String) throws(EventStoreError) -> Int {
+            // Zeros written ahead and never used (a crash before a sealed file was cut) are no write.
+            if pending.isEmpty, bytes[committed...].allSatisfy({ $0 == 0 }) { return committed }
             guard last else { throw damaged("\(reason), in a log file that is not the last", at: committed) }
             return committed
         }
