@@ -186,7 +186,7 @@ final class GatedStore: EventStore {
             update(&durable, .call(call)) == [
                 .answer(
                     stream: "a",
-                    delivery: ReplyDelivery(reply: 99, recorded: answer.payload, call: 11, decode: { _ in .success(0) })
+                    delivery: ReplyDelivery(reply: 99, recorded: answer.payload, decode: { _ in .success(0) })
                 )
             ]
         )
@@ -199,48 +199,10 @@ final class GatedStore: EventStore {
         )
     }
 
-    @Test func aKeyRecordedByAnEarlierBuildIsRepeatedByKeyAndAnsweredAtTheCallersAddress() {
-        var durable = running()
-        // Earlier builds took the digest with a placeholder address and derived the address from it:
-        // no repeat reproduces that digest, so the key alone makes it a repeat.
-        let legacyReply = legacyKeyedReply(stream: "a", key: "old", event: 41)
-        let payload = Result<[UInt8], CodecError>.success(Self.bytes(.done(balance: 5)))
-        durable.keys.insert(
-            KeyWindow.Entry(
-                key: "old",
-                version: 0,
-                fingerprint: 41,
-                reply: legacyReply,
-                answer: RecordedAnswer(reply: legacyReply, version: 0, payload: payload)
-            )
-        )
-        let reply = keyedReply(stream: "a", key: "old")
-        let deposit = Account.Event.deposit(5, replyTo: ReplyTo(id: reply))
-        let repeated = DurableCall(event: deposit, key: "old", fingerprint: 77, reply: reply, ticket: 4)
-        #expect(
-            update(&durable, .call(repeated)) == [
-                .answer(
-                    stream: "a",
-                    delivery: ReplyDelivery(reply: reply, recorded: payload, decode: { _ in .success(0) })
-                )
-            ]
-        )
-        #expect(durable.version == 0 && durable.repeated == 1)
-        // A key this build recorded still tells another event from a repeat.
-        let fresh = DurableCall(event: deposit, key: "new", fingerprint: 5, reply: keyedReply(stream: "a", key: "new"))
-        _ = update(&durable, .call(fresh))
-        var other = fresh
-        other.fingerprint = 6
-        #expect(
-            update(&durable, .call(other)) == [
-                .refuse(stream: "a", ticket: nil, reply: fresh.reply, reason: .keyReused("new"))
-            ]
-        )
-    }
-
-    @Test func anAnswerReachesOnlyTheCallersOfItsEventUnderAKey() async throws {
-        // Two events under one key wait on one address; the answer to the first must not reach the
-        // second, whose refusal is on its way (the loop may answer the first before it sees the second).
+    @Test func anotherEventUnderAKeyWaitsOnAnotherAddressAndARepeatOnTheSame() async throws {
+        // The address is derived from the stream, the key and the event: a repeat shares it (in any
+        // process); another event under the key never receives the first one's answer, even when the
+        // answer is delivered before the loop has seen the second event.
         let requesters = Requesters(clock: ContinuousClock())
         let sent = Locked<[DurableCall<Int>]>([])
         func ask(_ amount: Int) -> Task<Int, any Error> {
@@ -249,8 +211,8 @@ final class GatedStore: EventStore {
                     stream: "a",
                     key: "k",
                     timeout: nil,
-                    make: { (_: ReplyTo<Int>) in amount },
-                    encode: { [UInt8(truncatingIfNeeded: $0)] },
+                    make: { (replyTo: ReplyTo<Int>) in amount * 1_000 + (replyTo.id == 0 ? 0 : 1) },
+                    fingerprint: { UInt64($0) },
                     deliver: { call in
                         sent.withLock { $0.append(call) }
                         return .accepted
@@ -262,13 +224,18 @@ final class GatedStore: EventStore {
         let first = ask(1)
         await eventually("the first is sent") { sent.withLock { $0.count } == 1 }
         let second = ask(2)
-        await eventually("the second is sent") { sent.withLock { $0.count } == 2 }
-        let (a, b) = sent.withLock { ($0[0], $0[1]) }
-        #expect(a.reply == b.reply && a.fingerprint != b.fingerprint)
-        #expect(a.encoded == [1] && b.encoded == [2])
-        requesters.deliver(ReplyDelivery(reply: a.reply ?? 0, value: 10, call: a.fingerprint), in: "a")
-        #expect(try await first.value == 10)
-        requesters.refuse(b.ticket ?? 0, reply: b.reply ?? 0, in: "a", with: .keyReused("k"))
+        let repeated = ask(1)
+        await eventually("all are sent") { sent.withLock { $0.count } == 3 }
+        let calls = sent.withLock { $0 }
+        let (a, b) = (calls.first { $0.event == 1_001 }, calls.first { $0.event == 2_001 })
+        // Digests are taken with the placeholder address 0.
+        #expect(a?.fingerprint == 1_000 && b?.fingerprint == 2_000)
+        #expect(a?.reply == keyedReply(stream: "a", key: "k", event: 1_000))
+        #expect(a?.reply != b?.reply)
+        requesters.deliver(ReplyDelivery(reply: a?.reply ?? 0, value: 10), in: "a")
+        let (answered, repeatAnswered) = (try await first.value, try await repeated.value)
+        #expect(answered == 10 && repeatAnswered == 10)
+        requesters.refuse(b?.ticket ?? 0, reply: b?.reply ?? 0, in: "a", with: .keyReused("k"))
         await #expect(throws: RequestError.keyReused("k")) { try await second.value }
     }
 
@@ -299,8 +266,7 @@ final class GatedStore: EventStore {
                 .reply(
                     .answer(replyTo.reply(.done(balance: 1))),
                     stream: "a",
-                    // For the callers of this call only: another event under the key waits on the address too.
-                    delivery: ReplyDelivery(reply: 5, value: 0, call: 1)
+                    delivery: ReplyDelivery(reply: 5, value: 0)
                 )
             ]
         )

@@ -185,7 +185,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
             key: key,
             timeout: timeout,
             make: make,
-            encode: storage.encode(_:),
+            fingerprint: storage.fingerprint(of:),
             deliver: { deliver(.call($0)) },
             refusal: { rejection in
                 rejection == .failed

@@ -285,7 +285,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
             key: key,
             timeout: timeout,
             make: make,
-            encode: storage.encode(_:),
+            fingerprint: storage.fingerprint(of:),
             deliver: { deliver(.call($0), to: id) },
             refusal: { rejection in
                 if rejection == .failed, case .storeFailed(let reason) = failure(of: id) {

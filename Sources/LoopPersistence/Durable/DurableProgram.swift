@@ -324,16 +324,11 @@ extension DurableProgram {
                 var effects: [DurableEffect<State, Event, Effect>] = []
                 for (index, effect) in resume(state).enumerated() {
                     if let found = replies?.find(effect) {
-                        let entry = durable.keys.entry(replying: found.reply)
-                        guard entry?.answer == nil else {
+                        guard durable.keys.entry(replying: found.reply)?.answer == nil else {
                             durable.duplicateReplies += 1
                             continue
                         }
-                        let delivery = ReplyDelivery(
-                            reply: found.reply,
-                            value: found.value,
-                            call: entry?.fingerprint
-                        )
+                        let delivery = ReplyDelivery(reply: found.reply, value: found.value)
                         effects.append(.reply(effect, stream: stream, delivery: delivery))
                     } else {
                         let key = IdempotencyKey(stream: stream, version: version, index: index, resumed: true)
@@ -370,11 +365,7 @@ extension DurableProgram {
                             .reply(
                                 effect,
                                 stream: stream,
-                                delivery: ReplyDelivery(
-                                    reply: found.reply,
-                                    value: found.value,
-                                    call: durable.keyedCall(replying: found.reply)
-                                )
+                                delivery: ReplyDelivery(reply: found.reply, value: found.value)
                             )
                         } else {
                             .effect(effect, key: IdempotencyKey(stream: stream, version: version, index: index))
@@ -487,13 +478,10 @@ extension DurableState {
                 reply: call.reply ?? 0
             )
             keys.insert(entry)
-            let note = EventNote(key: entry, encoded: call.encoded)
-            apply(call.event, ticket: ticket, note: note, update: update, replies: replies)
+            apply(call.event, ticket: ticket, note: EventNote(key: entry), update: update, replies: replies)
             return []
         }
-        // An entry an earlier build recorded has a digest no repeat reproduces: the key alone decides.
-        let legacy = entry.isLegacy(in: stream)
-        guard entry.fingerprint == call.fingerprint || legacy else {
+        guard entry.fingerprint == call.fingerprint else {
             return [.refuse(stream: stream, ticket: call.ticket, reply: call.reply, reason: .keyReused(key))]
         }
         repeated += 1
@@ -507,25 +495,15 @@ extension DurableState {
             }
         }
         // An answer not yet recorded reaches this caller with the first one's: it waits on the same address.
-        if let reply = call.reply, let answer = entry.answer, answer.version <= recorded, let replies {
-            let delivery = ReplyDelivery(
-                reply: reply,
-                recorded: answer.payload,
-                call: legacy ? nil : entry.fingerprint,
-                decode: replies.decode
+        if call.reply != nil, let answer = entry.answer, answer.version <= recorded, let replies {
+            effects.append(
+                .answer(
+                    stream: stream,
+                    delivery: ReplyDelivery(reply: entry.reply, recorded: answer.payload, decode: replies.decode)
+                )
             )
-            effects.append(.answer(stream: stream, delivery: delivery))
         }
         return effects
-    }
-
-    /// The digest of the keyed call whose request has the reply address `reply`, for its delivery;
-    /// `nil` for an unkeyed request or one the window forgot. (A key an earlier build recorded has an
-    /// address of that build's: nobody waits there now, and a repeat gets its answer by key.)
-    @inlinable
-    func keyedCall(replying reply: UInt64) -> UInt64? {
-        guard keys.count > 0 else { return nil }
-        return keys.entry(replying: reply)?.fingerprint
     }
 
     /// Answers the readers whose events are all recorded, with the state as of the last recorded event.

@@ -99,7 +99,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         }
     }
 
-    /// The stored bytes of each event of `batch`, with its note: the bytes its caller encoded, when it did.
+    /// The stored bytes of each event of `batch`, with its note.
     @inlinable
     func payloads(
         _ batch: [Event],
@@ -110,8 +110,9 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         payloads.reserveCapacity(batch.count)
         do {
             for (index, event) in batch.enumerated() {
-                let note = notes.isEmpty ? nil : notes[index]
-                payloads.append(RecordEnvelope.event(try note?.encoded ?? events.encode(event), note: note))
+                payloads.append(
+                    RecordEnvelope.event(try events.encode(event), note: notes.isEmpty ? nil : notes[index])
+                )
             }
         } catch {
             return .failure(EncodingFailure(input: .failed("stream '\(stream)': cannot encode an event: \(error)")))
@@ -167,10 +168,10 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         }
     }
 
-    /// `event`'s encoding, as the store keeps it; a keyed call's digest is taken of it.
+    /// A digest of `event`'s encoding, compared between a keyed call and its repeats.
     @inlinable
-    func encode(_ event: Event) throws -> [UInt8] {
-        try events.encode(event)
+    func fingerprint(of event: Event) throws -> UInt64 {
+        LoopPersistence.fingerprint(try events.encode(event))
     }
 
     /// The call of `event` under `key`, without a ticket yet, for a sender that waits; `nil` without a key.
@@ -181,8 +182,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         guard let key else { return nil }
         if let problem = KeyLimits.problem(with: key) { throw .invalid(problem) }
         do {
-            let encoded = try encode(event)
-            return DurableCall(event: event, key: key, fingerprint: fingerprint(encoded), encoded: encoded)
+            return DurableCall(event: event, key: key, fingerprint: try fingerprint(of: event))
         } catch {
             throw .invalid("the event does not encode: \(error)")
         }

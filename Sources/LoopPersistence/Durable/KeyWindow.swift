@@ -177,30 +177,15 @@ public struct EventNote: Sendable, Hashable {
     public var key: KeyWindow.Entry?
     /// The answers the event decided, to keyed requests.
     public var answers: [RecordedAnswer]
-    /// The event's encoding, when its caller made it (``DurableCall/encoded``): stored instead of
-    /// encoding the event again. Not recorded beside the event, and not compared.
-    public var encoded: [UInt8]?
 
     /// Creates a note.
-    public init(key: KeyWindow.Entry? = nil, answers: [RecordedAnswer] = [], encoded: [UInt8]? = nil) {
+    public init(key: KeyWindow.Entry? = nil, answers: [RecordedAnswer] = []) {
         self.key = key
         self.answers = answers
-        self.encoded = encoded
     }
 
     /// Whether there is nothing to record.
     public var isEmpty: Bool { key == nil && answers.isEmpty }
-
-    /// Equal when they record the same key and answers.
-    public static func == (lhs: EventNote, rhs: EventNote) -> Bool {
-        lhs.key == rhs.key && lhs.answers == rhs.answers
-    }
-
-    /// Hashes what `==` compares.
-    public func hash(into hasher: inout Hasher) {
-        hasher.combine(key)
-        hasher.combine(answers)
-    }
 }
 
 extension KeyWindow {
@@ -224,36 +209,20 @@ public struct DurableCall<Event> {
     public var reply: UInt64?
     /// The ticket of a sender waiting for the event to be durable.
     public var ticket: UInt64?
-    /// The event's encoding, when the caller made it (a keyed call's digest is taken of it): the loop
-    /// stores these bytes instead of encoding the event again. Not compared: it is `event`, encoded.
-    public var encoded: [UInt8]?
 
     /// Creates a call.
-    public init(
-        event: Event,
-        key: String? = nil,
-        fingerprint: UInt64 = 0,
-        reply: UInt64? = nil,
-        ticket: UInt64? = nil,
-        encoded: [UInt8]? = nil
-    ) {
+    public init(event: Event, key: String? = nil, fingerprint: UInt64 = 0, reply: UInt64? = nil, ticket: UInt64? = nil)
+    {
         self.event = event
         self.key = key
         self.fingerprint = fingerprint
         self.reply = reply
         self.ticket = ticket
-        self.encoded = encoded
     }
 }
 
 extension DurableCall: Sendable where Event: Sendable {}
-extension DurableCall: Equatable where Event: Equatable {
-    /// Equal when they carry equal events with the same key, digest, reply address and ticket.
-    public static func == (lhs: DurableCall, rhs: DurableCall) -> Bool {
-        lhs.event == rhs.event && lhs.key == rhs.key && lhs.fingerprint == rhs.fingerprint
-            && lhs.reply == rhs.reply && lhs.ticket == rhs.ticket
-    }
-}
+extension DurableCall: Equatable where Event: Equatable {}
 
 /// How a durable program's answers to requests are found among its effects: an effect holding a
 /// ``/LoopCore/Reply`` is delivered by the durable loop (after its event is recorded), and, for a keyed
@@ -315,38 +284,31 @@ public struct ReplyDelivery: Sendable, Equatable, CustomStringConvertible {
     public var recorded: Result<[UInt8], CodecError>?
     /// The value to hand over, or why it cannot be had.
     public var value: Result<any Sendable, CodecError>
-    /// The digest of the keyed call it answers (``DurableCall/fingerprint``), or `nil` when none is
-    /// known. Every event under one key waits on the same address, so only the callers of this event
-    /// get it: a caller that sent another event under the key gets its refusal instead.
-    public var call: UInt64?
 
-    /// A delivery of `value` to the reply address `reply`, for the callers of the keyed call `call`.
-    public init(reply: UInt64, value: any Sendable, call: UInt64? = nil) {
+    /// A delivery of `value` to the reply address `reply`.
+    public init(reply: UInt64, value: any Sendable) {
         self.reply = reply
         self.recorded = nil
         self.value = .success(value)
-        self.call = call
     }
 
-    /// A delivery of the recorded answer `recorded`, decoded by `decode`, for the callers of `call`.
+    /// A delivery of the recorded answer `recorded`, decoded by `decode`.
     public init(
         reply: UInt64,
         recorded: Result<[UInt8], CodecError>,
-        call: UInt64? = nil,
         decode: ([UInt8]) -> Result<any Sendable, CodecError>
     ) {
         self.reply = reply
         self.recorded = recorded
-        self.call = call
         switch recorded {
         case .success(let bytes): value = decode(bytes)
         case .failure(let error): value = .failure(error)
         }
     }
 
-    /// Equal when they go to the same address, for the same call, with the same recorded bytes.
+    /// Equal when they go to the same address with the same recorded bytes.
     public static func == (lhs: ReplyDelivery, rhs: ReplyDelivery) -> Bool {
-        lhs.reply == rhs.reply && lhs.recorded == rhs.recorded && lhs.call == rhs.call
+        lhs.reply == rhs.reply && lhs.recorded == rhs.recorded
     }
 
     /// `reply #id`, and `(recorded)` for an answer from the record.

@@ -8,26 +8,18 @@ public import Synchronization
 /// recovered.
 @usableFromInline
 package final class Requesters: Sendable {
-    /// A caller waiting at a reply address: its ticket, the stream it asked, and the digest of its
-    /// keyed call (0 for an unkeyed one).
+    /// A caller waiting at a reply address: its ticket and the stream it asked.
     @usableFromInline
     struct Waiting {
         @usableFromInline var waiter: any AnswerWaiter
         @usableFromInline var ticket: UInt64
         @usableFromInline var stream: String
-        @usableFromInline var call: UInt64
 
         @inlinable
-        init(_ waiter: any AnswerWaiter, ticket: UInt64, stream: String, call: UInt64) {
+        init(_ waiter: any AnswerWaiter, ticket: UInt64, stream: String) {
             self.waiter = waiter
             self.ticket = ticket
             self.stream = stream
-            self.call = call
-        }
-
-        /// Whether `delivery`, from `stream`, is this caller's answer.
-        func takes(_ delivery: ReplyDelivery, from stream: String) -> Bool {
-            self.stream == stream && (delivery.call.map { $0 == call } ?? true)
         }
     }
 
@@ -58,7 +50,7 @@ package final class Requesters: Sendable {
     }
 
     /// Callers by reply address. An address is unique within the process for an unkeyed request and
-    /// derived from the stream and key for a keyed one; each caller's stream is checked as well.
+    /// derived from the stream, key and event for a keyed one; each caller's stream is checked as well.
     private let waiting = Locked<[UInt64: Callers]>([:])
     /// Replies that found nobody waiting: the caller gave up or was answered already, or none asked.
     @usableFromInline let dropped = Atomic<Int>(0)
@@ -71,8 +63,8 @@ package final class Requesters: Sendable {
     }
 
     @usableFromInline
-    func register(_ waiter: any AnswerWaiter, ticket: UInt64, reply: UInt64, call: UInt64, in stream: String) {
-        let waiting = Waiting(waiter, ticket: ticket, stream: stream, call: call)
+    func register(_ waiter: any AnswerWaiter, ticket: UInt64, reply: UInt64, in stream: String) {
+        let waiting = Waiting(waiter, ticket: ticket, stream: stream)
         self.waiting.withLock { callers in
             callers[reply] = callers[reply]?.adding(waiting) ?? .one(waiting)
         }
@@ -93,12 +85,10 @@ package final class Requesters: Sendable {
         }
     }
 
-    /// Hands `delivery` to every caller waiting for its address in `stream` (those of its call, when it
-    /// names one).
+    /// Hands `delivery` to every caller waiting for its address in `stream`.
     @usableFromInline
     package func deliver(_ delivery: ReplyDelivery, in stream: String) {
-        // Callers of another event under the same key wait on: the loop refuses them.
-        let waiters = take(delivery.reply) { $0.takes(delivery, from: stream) }
+        let waiters = take(delivery.reply) { $0.stream == stream }
         var answered = false
         for waiting in waiters where waiting.waiter.settle(delivery.value) { answered = true }
         if !answered { dropped.add(1, ordering: .relaxed) }
@@ -136,52 +126,41 @@ package final class Requesters: Sendable {
     }
 
     /// Sends a request with `deliver` and waits for its reply, or the error that ended the wait. The
-    /// reply address is derived from the stream and key for a keyed request (so every repeat waits on
-    /// the same one, in every process), and unique within the process otherwise.
+    /// reply address is derived from the key for a keyed request (so every repeat waits on the same
+    /// one, in every process), and unique within the process otherwise.
     @inlinable
     package func perform<Value: Sendable, Event>(
         stream: String,
         key: String?,
         timeout: Duration?,
         make: (ReplyTo<Value>) -> Event,
-        encode: (Event) throws -> [UInt8],
+        fingerprint: (Event) throws -> UInt64,
         deliver: (DurableCall<Event>) -> Delivery,
         refusal: (Rejection) -> RequestError
     ) async throws(RequestError) -> Value {
         if Task.isCancelled { throw .cancelled }
         if let key, let problem = KeyLimits.problem(with: key) { throw .invalid(problem) }
-        // A keyed request's event is encoded once, here: its digest tells a repeat from another event
-        // under the key, and the loop stores the same bytes. Deliveries name the digest of the call they
-        // answer, so another event under the key, which waits on the same address, never receives it.
-        let reply =
-            key.map { keyedReply(stream: stream, key: $0) }
-            ?? unkeyedReplies.add(1, ordering: .relaxed).newValue & ~(1 << 63)
-        let event = make(ReplyTo(id: reply))
+        // A keyed request's address is derived from its stream, key and event, so the repeats of one
+        // request share it (in any process) and another event under the key never receives its answer.
+        // The event's digest is taken with a placeholder address, as the address depends on it.
+        var reply = unkeyedReplies.add(1, ordering: .relaxed).newValue & ~(1 << 63)
         var digest: UInt64 = 0
-        var encoded: [UInt8]?
-        if key != nil {
+        if let key {
             do {
-                let bytes = try encode(event)
-                digest = fingerprint(bytes)
-                encoded = bytes
+                digest = try fingerprint(make(ReplyTo(id: 0)))
             } catch {
                 throw .invalid("the event does not encode: \(error)")
             }
+            reply = keyedReply(stream: stream, key: key, event: digest)
         }
+        let event = make(ReplyTo(id: reply))
         let ticket = ticketNumbers.add(1, ordering: .relaxed).newValue
         let waiter = TypedAnswerWaiter<Value>()
-        register(waiter, ticket: ticket, reply: reply, call: digest, in: stream)
+        register(waiter, ticket: ticket, reply: reply, in: stream)
         defer { remove(ticket: ticket, reply: reply, in: stream) }
         let deadline = timeout.map { timer.add(waiter, timeout: $0) }
         defer { if let deadline { timer.remove(deadline) } }
-        let call = DurableCall(
-            event: event,
-            key: key,
-            fingerprint: digest,
-            reply: reply,
-            ticket: ticket,
-            encoded: encoded
-        )
+        let call = DurableCall(event: event, key: key, fingerprint: digest, reply: reply, ticket: ticket)
         let result = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<Value, RequestError>, Never>) in
                 waiter.waiter.install(continuation)
@@ -202,27 +181,11 @@ package final class Requesters: Sendable {
 @usableFromInline
 let unkeyedReplies = Atomic<UInt64>(UInt64.random(in: 0..<(1 << 62)))
 
-/// The reply address of the requests under `key` to `stream`: the same in every process, with the top
-/// bit set so it never meets an unkeyed one.
+/// The reply address of the request under `key` to `stream` whose event has the digest `event`: the same
+/// in every process, with the top bit set so it never meets an unkeyed one.
 @usableFromInline
-package func keyedReply(stream: String, key: String) -> UInt64 {
-    fingerprint(key.utf8, seed: fingerprint(stream.utf8) ^ 0x6C6F_6F70_6B65_7973) | (1 << 63)
-}
-
-/// The reply address earlier builds derived for the request under `key` to `stream` whose event,
-/// encoded with a placeholder address, had the digest `event`. An entry recorded so has that digest,
-/// which a repeat (encoded with its real address) cannot reproduce; ``KeyWindow/Entry/isLegacy(in:)``.
-package func legacyKeyedReply(stream: String, key: String, event: UInt64) -> UInt64 {
+package func keyedReply(stream: String, key: String, event: UInt64) -> UInt64 {
     fingerprint(key.utf8, seed: fingerprint(stream.utf8) ^ event ^ 0x9E37_79B9_7F4A_7C15) | (1 << 63)
-}
-
-extension KeyWindow.Entry {
-    /// Whether an earlier build recorded it (its digest was taken with a placeholder reply address,
-    /// and its address derived from that digest): a repeat's digest cannot be compared with it.
-    @usableFromInline
-    func isLegacy(in stream: String) -> Bool {
-        reply != 0 && reply == legacyKeyedReply(stream: stream, key: key, event: fingerprint)
-    }
 }
 
 /// What a caller's key may be.
