@@ -32,10 +32,10 @@ import Testing
 
         var names: [String] { waiting.withLock { $0.keys.sorted() } }
 
-        func complete(_ name: String, _ result: Result<Void, any Error> = .success(())) {
+        func complete(_ name: String, _ result: Result<Void, any Error> = .success(()), times: Int = 1) {
             guard let (send, done) = waiting.withLock({ $0.removeValue(forKey: name) }) else { return }
             if case .success = result { send(.finished(name)) }
-            done(result)
+            for _ in 0..<times { done(result) }
         }
     }
 
@@ -111,6 +111,23 @@ import Testing
         loop.stop()
         let report = try await run.value
         #expect(report.effectsTimedOut == 1 && report.effectsCompleted == 0 && report.effectsInFlight == 0)
+    }
+
+    @Test func aCompletionCalledTwiceEndsTheEffectOnceInlineOrInATask() async throws {
+        let started = Started()
+        let loop = Self.loop(started)
+        let run = Task { try await loop.run() }
+        await waitUntil { loop.isRunning }
+        // Uncontrolled: started inline. With a timeout: in a task awaiting the completion.
+        loop.send(.start("inline"))
+        loop.send(.start("task", timeout: .seconds(3_600)))
+        await waitUntil { started.names == ["inline", "task"] }
+        started.complete("inline", times: 2)
+        started.complete("task", times: 2)
+        await waitUntil { loop.state.count == 4 }
+        loop.stop()
+        let report = try await run.value
+        #expect(report.effectsStarted == 2 && report.effectsCompleted == 2 && report.effectsInFlight == 0)
     }
 
     @Test func anEffectNeverCompletedIsAbandonedAtTheDeadlineAndItsLateCompletionIgnored() async throws {

@@ -1,5 +1,6 @@
 public import EffectHandlers
 public import LoopCore
+public import Synchronization
 
 /// An event in the inbox, with where it came from.
 @usableFromInline
@@ -312,5 +313,20 @@ struct TurnedAway<Event: Sendable> {
     init(event: Event, sender: CheckedContinuation<Delivery, Never>) {
         self.event = event
         self.sender = sender
+    }
+}
+
+/// Tells the first call from the later ones, on any thread: a completion resumes its continuation once.
+@usableFromInline
+final class FirstCall: Sendable {
+    @usableFromInline let called = Atomic<Bool>(false)
+
+    @inlinable
+    init() {}
+
+    /// `true` the first time only.
+    @inlinable
+    func isFirst() -> Bool {
+        !called.exchange(true, ordering: .acquiringAndReleasing)
     }
 }

@@ -456,8 +456,10 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
                 // Uncontrolled, it starts inline; controlled, its task awaits the completion.
                 start = completing
                 perform = { effect, send in
+                    let once = FirstCall()
                     try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, any Error>) in
-                        completing(effect, send) { done.resume(with: $0) }
+                        // Called once by contract; a second call is ignored, as on the inline path.
+                        completing(effect, send) { result in if once.isFirst() { done.resume(with: result) } }
                     }
                 }
             default:

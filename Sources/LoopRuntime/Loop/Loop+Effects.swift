@@ -30,9 +30,10 @@ extension Loop {
         // A loop with no host left has ended: the effect is cancelled, as a job would be.
         guard host ?? adoptedHost() != nil else { return ended(admitted, .cancelled) }
         let begun = context.sink == nil ? nil : ContinuousClock.now
+        let once = FirstCall()
         start(admitted.effect, effectSend) { result in
-            // Called once by contract; were it called again, the engine no longer knows the effect's id
-            // and ignores the second end.
+            // Called once by contract; a second call is ignored rather than counted as a second end.
+            guard once.isFirst() else { return }
             switch result {
             case .success: self.ended(admitted, .completed, since: begun)
             case .failure(let error): self.ended(admitted, .failed(error), since: begun)
