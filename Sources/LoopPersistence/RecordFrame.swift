@@ -7,8 +7,9 @@
 ///
 /// A file is a sequence of frames. Reading one back says what is there: a record, the clean end, a
 /// **torn tail** (the last frame is incomplete, or its checksum fails: a write the process did not
-/// finish, which recovery truncates and reports), or **corruption** (a damaged frame with more data
-/// after it: an error naming the offset, never skipped).
+/// finish), or **corruption** (a damaged frame with more data after it). What a store makes of each is
+/// its own rule: the file store, for one, decides by its commit records whether damage is a write it
+/// never acknowledged (cut and reported) or loss (an error naming the offset, never skipped).
 public enum RecordFrame {
     /// The bytes of the header before each payload.
     public static let headerSize = 8

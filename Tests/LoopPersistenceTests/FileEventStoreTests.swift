@@ -178,7 +178,7 @@ import Glibc
         await reopened.close()
     }
 
-    @Test func aSealedLogFileKeepsNoZerosAndOneWithZerosFromACrashStillOpens() async throws {
+    @Test func aSealedLogFileEndsAtItsLastCommitAndZerosAfterItAreDamage() async throws {
         let directory = try TemporaryDirectory()
         let store = try FileEventStore(directory: directory.path, options: .init(segmentBytes: 300))
         for version in 0..<12 {
@@ -188,15 +188,14 @@ import Glibc
         let sealed = try directory.size(of: "segment-00000000.log")
         #expect(sealed >= 300 && sealed < 362, "a sealed log file ends at its last commit")
         await store.close()
-        // A crash between zero-filling and sealing: zeros after a sealed file's last commit.
+        // The store cuts a file before it starts the next, so zeros after a sealed file's last commit
+        // were never written by it.
         try directory.appendBytes([UInt8](repeating: 0, count: 300), to: "segment-00000000.log")
-        let reopened = try FileEventStore(directory: directory.path, options: .init(segmentBytes: 300))
-        #expect(reopened.recovery.events == 12 && reopened.recovery.truncated == nil)
-        await reopened.close()
+        #expect(throws: EventStoreError.self) {
+            try FileEventStore(directory: directory.path, options: .init(segmentBytes: 300))
+        }
     }
 
-    /// Damage with good records after it is an error naming the file and offset; nothing is skipped and
-    /// nothing is cut.
     @Test func corruptionBeforeTheTailIsAnErrorNamingFileAndOffset() async throws {
         let directory = try TemporaryDirectory()
         let store = try FileEventStore(directory: directory.path)
@@ -327,6 +326,63 @@ import Glibc
         #expect(try await reopened.version(of: "b") == 0)
         #expect(try await reopened.version(of: "s") == 1)
         await reopened.close()
+    }
+
+    /// The file is zero-filled ahead, so a batch's pages can reach the disk in any order: its commit
+    /// record may be there while an earlier page still holds zeros. Nothing of that batch was
+    /// acknowledged (its sync never returned), so it is an unfinished write; the same damage in a batch
+    /// with another committed after it is corruption.
+    @Test func aBatchTornOverZerosWrittenAheadIsUnfinishedEvenWithItsCommitOnDisk() async throws {
+        func record(_ stream: String, _ byte: UInt8) -> [UInt8] {
+            RecordFrame.encode(
+                [1] + le(UInt32(1)) + Array(stream.utf8) + le(UInt64(1)) + le(UInt64.max) + le(UInt32(1))
+                    + le(UInt32(1)) + [byte]
+            )
+        }
+        func commit(from start: Int) -> [UInt8] { RecordFrame.encode([3] + le(UInt64(start))) }
+        for anotherBatchAfter in [false, true] {
+            let directory = try TemporaryDirectory()
+            let store = try FileEventStore(directory: directory.path)
+            _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
+            await store.close()
+            let good = try directory.size(of: "segment-00000000.log")
+            let torn = [UInt8](repeating: 0, count: record("a", 7).count) + record("b", 8) + commit(from: good)
+            var bytes = torn
+            if anotherBatchAfter { bytes += record("c", 9) + commit(from: good + torn.count) }
+            try directory.appendBytes(bytes + [UInt8](repeating: 0, count: 4_096), to: "segment-00000000.log")
+            if anotherBatchAfter {
+                #expect(throws: EventStoreError.self) { try FileEventStore(directory: directory.path) }
+                continue
+            }
+            let reopened = try FileEventStore(directory: directory.path)
+            #expect(reopened.recovery.truncated?.offset == good)
+            #expect(try await reopened.version(of: "b") == 0)
+            #expect(try await reopened.version(of: "s") == 1)
+            await reopened.close()
+        }
+    }
+
+    /// A failed sync breaks the store: what was queued behind that write fails at once, not at close.
+    @Test(.timeLimit(.minutes(1)))
+    func appendsQueuedBehindAFailedSyncFailAtOnce() async throws {
+        let directory = try TemporaryDirectory()
+        let io = FaultyIO()
+        io.counts.withLock { $0.holdFirstWrite = true }
+        let store = try FileEventStore(directory: directory.path, io: io)
+        io.counts.withLock { $0.failSync = EIO }
+        let held = Task { try await store.append([[1]], to: "s", expecting: 0) }
+        await eventually("the first write is under way") { io.counts.withLock { $0.writes } == 1 }
+        let queued = Task { try await store.append([[2]], to: "t", expecting: 0) }
+        await eventually("one queued behind it") { store.queuedOperations == 1 }
+        io.release()
+        await #expect(throws: EventStoreError.self) { try await held.value }
+        do {
+            _ = try await queued.value
+            Issue.record("an append queued behind a failed sync was written")
+        } catch let error as EventStoreError {
+            if case .unavailable = error.kind, error.stream == "t" {} else { Issue.record("unexpected \(error)") }
+        }
+        await store.close()
     }
 
     /// A version conflict stands even when the write of its batch fails; only what would have been

@@ -173,7 +173,7 @@ public final class FileEventStore: AppendingWithCompletion {
         self.io = io
         if options.readOnly {
             (lockDescriptor, directoryDescriptor) = (-1, -1)
-            let opened = try Self.recover(directory: directory, io: io, options: options)
+            let opened = try Self.recoverReading(directory: directory, io: io, options: options)
             recovery = opened.recovery
             shared = Locked(Shared(opened))
             return
@@ -506,7 +506,13 @@ public final class FileEventStore: AppendingWithCompletion {
     /// Writes what is queued, batch after batch, until nothing is.
     private func flushWhileQueued() {
         while true {
+            var stranded: (queued: [Queued], error: EventStoreError)?
             let batch = shared.withLock { shared -> Batch? in
+                if let broken = shared.broken, !shared.queued.isEmpty {
+                    // What was queued behind the write that broke the store fails now, not at close.
+                    stranded = (shared.queued, broken)
+                    shared.queued = []
+                }
                 guard !shared.queued.isEmpty, !shared.closed, shared.broken == nil else {
                     shared.flushing = false
                     return nil
@@ -524,6 +530,11 @@ public final class FileEventStore: AppendingWithCompletion {
                     size: shared.size,
                     allocated: shared.allocated
                 )
+            }
+            if let stranded {
+                for queued in stranded.queued {
+                    queued.finish(.failure(EventStoreError(stranded.error.kind, stream: queued.operation.stream)))
+                }
             }
             guard var batch else { return }
             flush(&batch)
@@ -689,8 +700,19 @@ public final class FileEventStore: AppendingWithCompletion {
     private func roll(after segment: Int) {
         // A sealed log file ends at its last commit: the zeros written ahead go first.
         let (old, size) = shared.withLock { ($0.segments[segment], $0.size) }
-        guard io.truncate(old, to: size) == 0, io.sync(old) == 0 else { return }
-        shared.withLock { $0.allocated = size }
+        guard io.truncate(old, to: size) == 0 else { return }
+        let synced = io.sync(old)
+        shared.withLock { shared in
+            shared.allocated = size
+            // A failed fdatasync leaves the file's contents unknown: the store stops writing.
+            if synced != 0 {
+                shared.broken = Self.broken(
+                    by: EventStoreError(.io(code: -synced, action: "sync \(Self.path(of: segment, in: directory))")),
+                    in: directory
+                )
+            }
+        }
+        guard synced == 0 else { return }
         let path = Self.path(of: segment + 1, in: directory)
         guard let descriptor = try? Files.openFile(path, create: true) else { return }
         guard (try? Files.syncDirectory(directory)) != nil else {
@@ -803,6 +825,25 @@ public final class FileEventStore: AppendingWithCompletion {
         var manifestSequence: UInt64 = 0
         /// The committed bytes of each log file.
         var sizes: [Int] = []
+    }
+
+    /// ``recover(directory:io:options:)`` for a read-only open, which may read a store another process
+    /// is writing: a batch half copied into the file as it is read looks damaged, so damage is read
+    /// again, twice, before it is taken for damage.
+    private static func recoverReading(
+        directory: String,
+        io: any StoreIO,
+        options: Options
+    ) throws(EventStoreError) -> Opened {
+        var attempt = 1
+        while true {
+            do {
+                return try recover(directory: directory, io: io, options: options)
+            } catch {
+                guard case .corrupted = error.kind, attempt < 3 else { throw error }
+                attempt += 1
+            }
+        }
     }
 
     /// Reads every log file in order, rebuilding the index; checks the log against the manifest (a log
@@ -943,8 +984,6 @@ public final class FileEventStore: AppendingWithCompletion {
         }
         /// The end of the good part, when what follows the last commit is an unfinished write.
         func unfinished(_ reason: String) throws(EventStoreError) -> Int {
-            // Zeros written ahead and never used (a crash before a sealed file was cut) are no write.
-            if pending.isEmpty, bytes[committed...].allSatisfy({ $0 == 0 }) { return committed }
             guard last else { throw damaged("\(reason), in a log file that is not the last", at: committed) }
             return committed
         }
@@ -955,19 +994,23 @@ public final class FileEventStore: AppendingWithCompletion {
             case .tornTail:
                 // A record running past the end is an unfinished write only if nothing committed follows:
                 // a damaged length must not hide the acknowledged records after it.
-                if commitFollows(offset, in: bytes) {
+                if commitFollows(offset, in: bytes, committed: committed, last: last) {
                     throw damaged("a record longer than what follows it, with committed records after it", at: offset)
                 }
                 return try unfinished("an incomplete record")
             case .corrupted(_, let reason):
-                if commitFollows(offset, in: bytes) { throw damaged(reason, at: offset) }
+                if commitFollows(offset, in: bytes, committed: committed, last: last) {
+                    throw damaged(reason, at: offset)
+                }
                 return try unfinished(reason)
             case .record(let payload, let next):
                 let record: LogRecord
                 do {
                     record = try LogRecord.decode(payload)
                 } catch {
-                    if commitFollows(offset, in: bytes) { throw damaged(error.reason, at: offset) }
+                    if commitFollows(offset, in: bytes, committed: committed, last: last) {
+                        throw damaged(error.reason, at: offset)
+                    }
                     return try unfinished(error.reason)
                 }
                 if case .commit(let start) = record {
@@ -991,14 +1034,21 @@ public final class FileEventStore: AppendingWithCompletion {
 
     /// Whether a commit record starts anywhere after `offset`: whether damage at `offset` is followed
     /// by acknowledged data (corruption) or is the end of an unfinished write.
-    private static func commitFollows(_ offset: Int, in bytes: [UInt8]) -> Bool {
+    ///
+    /// Damage inside the last batch of the last log file (its commit record, the file's last, names the
+    /// batch's start, `committed`, and only zeros follow it) is a batch whose write was cut: the file is
+    /// zero-filled ahead, so its pages can reach the disk in any order, the commit's before an earlier
+    /// one, and nothing of that batch was acknowledged before all of them had. (Were the batch
+    /// acknowledged and damaged since, the manifest of a clean close still names the loss.)
+    private static func commitFollows(_ offset: Int, in bytes: [UInt8], committed: Int, last: Bool) -> Bool {
         var position = offset + 1
         while position + RecordFrame.headerSize < bytes.count {
             if bytes[position + RecordFrame.headerSize] == LogRecord.commitKind,
-                case .record(let payload, _) = RecordFrame.read(bytes, at: position),
-                case .commit? = try? LogRecord.decode(payload)
+                case .record(let payload, let next) = RecordFrame.read(bytes, at: position),
+                case .commit(let start)? = try? LogRecord.decode(payload)
             {
-                return true
+                let finalBatch = last && start == UInt64(committed) && bytes[next...].allSatisfy { $0 == 0 }
+                return !finalBatch
             }
             position += 1
         }
