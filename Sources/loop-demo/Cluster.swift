@@ -18,9 +18,11 @@ func jobStream(_ name: String) -> String { "job-\(name)" }
 let clusterEvents = JSONCodec<JobRunner.Event>()
 let clusterStates = JSONCodec<JobRunner.State>()
 
-/// `loop-demo node --postgres CONNINFO [--name NAME]`: one node, until SIGTERM or SIGINT, when it hands
-/// its shards over and exits 0; 1 if a failure stopped it.
-func runNode(conninfo: String, name: String?) async -> Int32 {
+/// `loop-demo node --postgres CONNINFO [--name NAME] [--limit N]`: one node, until SIGTERM or SIGINT,
+/// when it hands its shards over and exits 0; 1 if a failure stopped it. Each job is an entity of its
+/// own, so the runner's limit (per entity) does not bound the node: its shell runs at most `limit`
+/// commands at once.
+func runNode(conninfo: String, name: String?, limit: Int) async -> Int32 {
     let name = name ?? "node-\(ProcessInfo.processInfo.hostName)-\(getpid())"
     let console = Console.standardOutput()
     do {
@@ -28,7 +30,10 @@ func runNode(conninfo: String, name: String?) async -> Int32 {
             connecting: conninfo,
             name: name,
             program: durableProgram,
-            effects: JobRunner.router(shell: SystemShell(guardExecutable: executable), console: console),
+            effects: JobRunner.router(
+                shell: BoundedShell(SystemShell(guardExecutable: executable), limit: limit),
+                console: console
+            ),
             events: clusterEvents,
             states: clusterStates
         )

@@ -50,9 +50,10 @@ let usage = """
                        finished jobs never run again, running ones start again (at least once)
       --accept-loss    with --store, open a store that lost acknowledged events (a log file deleted
                        or cut short) instead of refusing it; what is gone is printed first
-      node --postgres CONNINFO [--name NAME]
+      node --postgres CONNINFO [--name NAME] [--limit N]
                        run one node of the job runner as a cluster, until SIGTERM (it then hands its
-                       jobs' shards over to the other nodes)
+                       jobs' shards over to the other nodes); at most N commands (default 3) run on
+                       the node at once, whatever jobs they belong to; the others wait their turn
       submit --postgres CONNINFO NAME [--timeout SECONDS] [--retries N] -- COMMAND...
                        submit a job to the cluster; exits 0 once it is committed
       jobs --postgres CONNINFO
@@ -88,7 +89,7 @@ func printError(_ text: String) {
 
 enum Mode {
     case run(stdin: Bool, journal: String?, acks: Bool, store: String?, acceptLoss: Bool)
-    case node(conninfo: String, name: String?)
+    case node(conninfo: String, name: String?, limit: Int)
     case submit(conninfo: String, words: [String])
     case jobs(conninfo: String)
     case clusterDemo
@@ -109,11 +110,26 @@ func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
         let rest = Array(arguments.dropFirst(3))
         switch verb {
         case "node":
-            if rest.isEmpty { return .success(.node(conninfo: conninfo, name: nil)) }
-            guard rest.count == 2, rest[0] == "--name" else {
-                return .failure(CommandError(description: "usage: node --postgres CONNINFO [--name NAME]"))
+            let usage = CommandError(description: "usage: node --postgres CONNINFO [--name NAME] [--limit N]")
+            var (name, limit): (String?, Int) = (nil, 3)
+            var options = rest[...]
+            while let option = options.popFirst() {
+                guard let value = options.popFirst() else { return .failure(usage) }
+                switch option {
+                case "--name" where name == nil:
+                    name = value
+                case "--limit":
+                    guard let number = Int(value), number >= 1 else {
+                        return .failure(
+                            CommandError(description: "--limit needs a number of at least 1, not '\(value)'")
+                        )
+                    }
+                    limit = number
+                default:
+                    return .failure(usage)
+                }
             }
-            return .success(.node(conninfo: conninfo, name: rest[1]))
+            return .success(.node(conninfo: conninfo, name: name, limit: limit))
         case "submit":
             // NAME [--timeout SECONDS] [--retries N] -- COMMAND..., as the `run` command takes them.
             guard let dash = rest.firstIndex(of: "--"), dash >= 1, dash < rest.count - 1 else {
@@ -434,8 +450,8 @@ case .success(.replayStore(let directory, let acceptLoss)):
     exit(await replayStore(directory, acceptLoss: acceptLoss))
 case .success(.run(let stdin, let journal, let acks, let store, let acceptLoss)):
     exit(await run(stdin: stdin, journalPath: journal, acks: acks, storePath: store, acceptLoss: acceptLoss))
-case .success(.node(let conninfo, let name)):
-    exit(await runNode(conninfo: conninfo, name: name))
+case .success(.node(let conninfo, let name, let limit)):
+    exit(await runNode(conninfo: conninfo, name: name, limit: limit))
 case .success(.submit(let conninfo, let words)):
     exit(await submit(conninfo: conninfo, words: words))
 case .success(.jobs(let conninfo)):

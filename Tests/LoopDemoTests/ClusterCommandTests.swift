@@ -42,6 +42,36 @@ struct ClusterCommandTests {
         #expect(output.hasSuffix("doomed failed after 1 attempt: exit status 3\nhello succeeded"))
     }
 
+    /// Every job is an entity with its own limit: the node's `--limit` bounds the commands it runs at
+    /// once. Each job marks itself running and counts the marks; no count may exceed the limit.
+    @Test(.timeLimit(.minutes(2)))
+    func aNodeRunsAtMostItsLimitOfCommandsAtOnce() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let scratch = Demo.scratch()
+        let script = """
+            mkdir -p '\(scratch)/running'
+            for i in $(seq 12); do
+                "$DEMO" submit --postgres '\(database)' "j$i" -- \
+                    "touch \(scratch)/running/j$i; ls \(scratch)/running | wc -l >> \(scratch)/counts; sleep 0.2; rm \(scratch)/running/j$i" \
+                    > /dev/null || exit 1
+            done
+            "$DEMO" node --postgres '\(database)' --name only --limit 2 > /dev/null &
+            node=$!
+            for i in $(seq 600); do
+                [ "$("$DEMO" jobs --postgres '\(database)' | grep -c succeeded)" = 12 ] && break
+                sleep 0.1
+            done
+            kill -TERM $node; wait $node; echo "node=$?"
+            echo "most=$(sort -n '\(scratch)/counts' | tail -1) counted=$(wc -l < '\(scratch)/counts')"
+            "$DEMO" node --postgres '\(database)' --limit 0; echo "zero=$?"
+            """
+        let (status, output) = try await Demo.sh(script)
+        #expect(status == 0, "\(output)")
+        #expect(output.contains("node=0"), "\(output)")
+        #expect(output.contains("most=1 counted=12") || output.contains("most=2 counted=12"), "\(output)")
+        #expect(output.contains("--limit needs a number of at least 1, not '0'") && output.hasSuffix("zero=64"))
+    }
+
     /// A row inserted with SQL whose command holds a NUL: the shell would run only what comes before it,
     /// while the store recorded all of it. The job is refused and nothing runs.
     @Test(.timeLimit(.minutes(2)))

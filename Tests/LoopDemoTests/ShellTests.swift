@@ -90,3 +90,67 @@ import Glibc
         #expect(errors.hasSuffix("not found"))
     }
 }
+
+/// A node's bound on its commands, whatever jobs they belong to.
+@Suite struct BoundedShellTests {
+    /// A shell whose commands run until the test finishes them, by name.
+    final class HeldShell: Shell {
+        let held = Locked<[String: CheckedContinuation<Void, Never>]>([:])
+        let started = Locked<[String]>([])
+
+        func run(_ command: String) async throws -> (status: Int32, output: String, errors: String) {
+            await withCheckedContinuation { continuation in
+                held.withLock { $0[command] = continuation }
+                started.withLock { $0.append(command) }
+            }
+            return (0, command, "")
+        }
+
+        func finish(_ command: String) {
+            held.withLock { $0.removeValue(forKey: command) }?.resume()
+        }
+
+        var running: [String] { held.withLock { $0.keys.sorted() } }
+    }
+
+    @Test func atMostTheLimitRunAndTheOthersStartInTheOrderTheyAsked() async throws {
+        let inner = HeldShell()
+        let shell = BoundedShell(inner, limit: 2)
+        var runs: [Task<String, any Error>] = []
+        for index in 0..<5 {
+            runs.append(Task { try await shell.run("c\(index)").output })
+            await waitUntil { shell.usage.running + shell.usage.waiting == index + 1 }
+        }
+        #expect(inner.running == ["c0", "c1"] && shell.usage == (2, 3))
+        inner.finish("c1")
+        await waitUntil { inner.running == ["c0", "c2"] }
+        inner.finish("c0")
+        await waitUntil { inner.running == ["c2", "c3"] }
+        inner.finish("c2")
+        inner.finish("c3")
+        await waitUntil { inner.running == ["c4"] }
+        inner.finish("c4")
+        for (index, run) in runs.enumerated() { #expect(try await run.value == "c\(index)") }
+        #expect(inner.started.withLock { $0 } == ["c0", "c1", "c2", "c3", "c4"])
+        #expect(shell.usage == (0, 0))
+    }
+
+    @Test func aRunCancelledWhileWaitingStartsNothingAndGivesUpItsTurn() async throws {
+        let inner = HeldShell()
+        let shell = BoundedShell(inner, limit: 1)
+        let first = Task { try await shell.run("first") }
+        await waitUntil { inner.running == ["first"] }
+        let waiting = Task { try await shell.run("cancelled") }
+        let next = Task { try await shell.run("next") }
+        await waitUntil { shell.usage.waiting == 2 }
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { try await waiting.value }
+        #expect(shell.usage == (1, 1))
+        inner.finish("first")
+        await waitUntil { inner.running == ["next"] }
+        inner.finish("next")
+        _ = try await (first.value, next.value)
+        #expect(inner.started.withLock { $0 } == ["first", "next"])
+        #expect(shell.usage == (0, 0))
+    }
+}
