@@ -84,4 +84,45 @@ import Testing
         #expect(await newer.value == 2)
         #expect(await blocker.value == 0)
     }
+
+    /// The thread waits for idle processors only (`SCHED_IDLE`); a job that has waited a second raises it
+    /// to `nice` 19 (`SCHED_OTHER`), so snapshots come under a full load too, and it goes back once its
+    /// queue is empty.
+    @Test func aJobThatWaitedRaisesTheThreadUntilTheQueueIsEmpty() async throws {
+        let gate = DispatchSemaphore(value: 0)
+        let started = Locked(false)
+        let blocker = Task {
+            await IdleWork.shared.run { () -> Int in
+                started.withLock { $0 = true }
+                gate.wait()
+                return 0
+            }
+        }
+        await eventually("the idle thread is busy") { started.withLock { $0 } }
+        guard IdleWork.shared.scheduling.idles else {
+            // This process may not leave SCHED_IDLE again: the thread stays at nice 19.
+            #expect(IdleWork.shared.scheduling.policy == 0)
+            gate.signal()
+            _ = await blocker.value
+            return
+        }
+        // (Other suites' snapshots may have raised it already; either way a waiting job keeps it raised.)
+        let waiting = Task { await IdleWork.shared.run { 7 } }
+        // The blocker's own wait raises it first (its job has not finished); poll the condition.
+        var polls = 0
+        while IdleWork.shared.scheduling.policy != 0, polls < 2_000 {
+            try await Task.sleep(for: .milliseconds(10))
+            polls += 1
+        }
+        #expect(IdleWork.shared.scheduling.policy == 0)
+        gate.signal()
+        #expect(await blocker.value == 0)
+        #expect(await waiting.value == 7)
+        polls = 0
+        while IdleWork.shared.scheduling.policy != 5, polls < 2_000 {
+            try await Task.sleep(for: .milliseconds(10))
+            polls += 1
+        }
+        #expect(IdleWork.shared.scheduling.policy == 5)
+    }
 }

@@ -1,21 +1,26 @@
 internal import Dispatch
 internal import EventSources
 internal import LoopRuntime
+internal import Synchronization
 
 #if canImport(Glibc)
 internal import Glibc
 #endif
 
 /// Work that may wait for an idle processor: durable loops encode their snapshots here, on one thread
-/// of the process at the lowest priority (`nice` 19), which the kernel runs when a processor is idle
-/// and otherwise gives only a small share.
+/// of the process that the kernel runs only on an idle processor (`SCHED_IDLE`), raised to the lowest
+/// normal priority (`nice` 19) while a job has waited a second.
 ///
 /// A snapshot's encoding is the largest piece of work a durable loop does besides its events, and it
 /// grows with the state: on the request path's threads it made every request of the batches around it
-/// wait (w15: p99 3-4x the p99 without snapshots; on this thread, 1.0-1.9x). Under a sustained full
-/// load the thread still runs, slowly, so snapshots come late but come; their events are durable
-/// meanwhile, so nothing waits for them but recovery's length, and a newer snapshot of a stream
-/// replaces one still waiting, so they do not pile up.
+/// wait (w15: p99 3-4x the p99 without snapshots). At `nice` 19 the thread still took whole time slices
+/// of a busy processor now and then, milliseconds in which that processor's requests waited; under
+/// `SCHED_IDLE` it takes none, but under a sustained full load it ran for seconds at a time not at all,
+/// so a job that has waited a second raises it to `nice` 19 until the queue is empty: snapshots come
+/// late under load, never not at all. Their events are durable meanwhile, so nothing waits for them but
+/// recovery's length, and a newer snapshot of a stream replaces one still waiting, so they do not pile
+/// up. Where the process may not leave `SCHED_IDLE` again (no `CAP_SYS_NICE`, `RLIMIT_NICE` below 1),
+/// the thread stays at `nice` 19.
 @usableFromInline
 package final class IdleWork: Sendable {
     /// The process's one idle thread, started on first use.
@@ -25,31 +30,68 @@ package final class IdleWork: Sendable {
     /// A job: run (`true`) or dropped for a newer one of the same key (`false`).
     private typealias Job = (key: String?, run: @Sendable (Bool) -> Void)
 
-    private let jobs = Locked<[Job]>([])
+    private struct Thread {
+        var jobs: [Job] = []
+        /// The thread, once it runs.
+        var id: pthread_t?
+        /// Whether it runs at `nice` 19 now, because a job waited too long under `SCHED_IDLE`.
+        var raised = false
+        /// Whether it may go to `SCHED_IDLE` and come back.
+        var idles = false
+    }
+
+    private let thread = Locked(Thread())
     private let signal = DispatchSemaphore(value: 0)
+    /// How long a job waits under `SCHED_IDLE` before the thread is raised to `nice` 19.
+    private static let patience = DispatchTimeInterval.seconds(1)
 
     private init() {
-        let (jobs, signal) = (self.jobs, self.signal)
-        let thread = OSThread(
+        let (state, signal) = (self.thread, self.signal)
+        let started = OSThread(
             {
-                IdleWork.lowerPriority()
+                let idles = Self.mayReturnFromIdle()
+                state.withLock {
+                    $0.id = pthread_self()
+                    $0.idles = idles
+                }
+                // On Linux the `nice` of a thread is its own: `PRIO_PROCESS` with 0 names the calling
+                // thread. It stays 19 under every policy this thread takes.
+                _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 19)
+                if idles { Self.schedule(pthread_self(), idle: true) }
                 while true {
                     signal.wait()
-                    let job = jobs.withLock { $0.isEmpty ? nil : $0.removeFirst() }
+                    let job = state.withLock { $0.jobs.isEmpty ? nil : $0.jobs.removeFirst() }
                     job?.run(true)
+                    // The queue is empty: back to waiting for idle processors only.
+                    let lower = state.withLock { thread -> Bool in
+                        guard thread.raised, thread.jobs.isEmpty else { return false }
+                        thread.raised = false
+                        return true
+                    }
+                    if lower { Self.schedule(pthread_self(), idle: true) }
                 }
             },
             runHereIfUnavailable: false
         )
         // No thread could be started: each job then runs where it is asked for (see `run`).
-        if thread.started { thread.detach() }
-        started = thread.started
+        if started.started { started.detach() }
+        self.started = started.started
     }
 
     private let started: Bool
 
+    /// Whether the thread may use `SCHED_IDLE`, and the policy it has now (5: `SCHED_IDLE`, 0:
+    /// `SCHED_OTHER`; `nil` before it runs). For tests.
+    package var scheduling: (idles: Bool, policy: Int32?) {
+        let (idles, id) = thread.withLock { ($0.idles, $0.id) }
+        guard let id else { return (idles, nil) }
+        var policy: Int32 = -1
+        var parameters = sched_param()
+        return (idles, pthread_getschedparam(id, &policy, &parameters) == 0 ? policy : nil)
+    }
+
     /// Whether a job of `key` waits for the thread. For tests.
-    package func isQueued(_ key: String) -> Bool { jobs.withLock { $0.contains { $0.key == key } } }
+    package func isQueued(_ key: String) -> Bool { thread.withLock { $0.jobs.contains { $0.key == key } } }
 
     /// Runs `body` on the idle thread and returns its result; or, if a newer job with the same `key`
     /// arrives before this one ran, returns `nil` without running it. A busy processor delays the thread,
@@ -57,26 +99,56 @@ package final class IdleWork: Sendable {
     @usableFromInline
     package func run<T: Sendable>(key: String? = nil, _ body: @escaping @Sendable () -> T) async -> T? {
         guard started else { return body() }
-        return await withCheckedContinuation { (continuation: CheckedContinuation<T?, Never>) in
-            let superseded = jobs.withLock { jobs -> Job? in
+        let done = Done()
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<T?, Never>) in
+            let superseded = thread.withLock { thread -> Job? in
                 let job: Job = (key, { run in continuation.resume(returning: run ? body() : nil) })
-                if let key, let index = jobs.firstIndex(where: { $0.key == key }) {
-                    defer { jobs[index] = job }
-                    return jobs[index]
+                if let key, let index = thread.jobs.firstIndex(where: { $0.key == key }) {
+                    defer { thread.jobs[index] = job }
+                    return thread.jobs[index]
                 }
-                jobs.append(job)
+                thread.jobs.append(job)
                 return nil
             }
             // A job replaced keeps the queue's length: the thread is woken once per job in the queue.
             if let superseded { superseded.run(false) } else { signal.signal() }
+            DispatchQueue.global().asyncAfter(deadline: .now() + Self.patience) { [weak self] in
+                if !done.flag.load(ordering: .acquiring) { self?.raise() }
+            }
         }
+        done.flag.store(true, ordering: .releasing)
+        return result
     }
 
-    /// Gives the calling thread the lowest priority of normal scheduling (`nice` 19): the kernel then runs
-    /// it mostly on idle processors, but still gives it a small share of a busy one, so snapshots come
-    /// late under load, never not at all (`SCHED_IDLE` starved them for seconds while tests ran in parallel).
-    private static func lowerPriority() {
-        // On Linux the `nice` of a thread is its own: `PRIO_PROCESS` with 0 names the calling thread.
-        _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 19)
+    /// A job has waited `patience` under `SCHED_IDLE`: the thread gets `nice` 19 until its queue is empty.
+    private func raise() {
+        let id = thread.withLock { thread -> pthread_t? in
+            guard thread.idles, !thread.raised, let id = thread.id else { return nil }
+            thread.raised = true
+            return id
+        }
+        if let id { Self.schedule(id, idle: false) }
+    }
+
+    /// Whether this process may move a thread out of `SCHED_IDLE` again: to `SCHED_OTHER` at `nice`
+    /// 19, which takes `CAP_SYS_NICE` (root has it) or an `RLIMIT_NICE` of at least 1.
+    private static func mayReturnFromIdle() -> Bool {
+        var limit = rlimit()
+        // RLIMIT_NICE is 13 on Linux (<bits/resource.h>, not imported).
+        guard getrlimit(__rlimit_resource_t(13), &limit) == 0 else { return geteuid() == 0 }
+        return geteuid() == 0 || limit.rlim_cur >= 1
+    }
+
+    /// Puts thread `id` under `SCHED_IDLE`, or back under `SCHED_OTHER` (at the `nice` 19 it keeps). A
+    /// refused change leaves the thread as it was.
+    private static func schedule(_ id: pthread_t, idle: Bool) {
+        var parameters = sched_param(sched_priority: 0)
+        // SCHED_IDLE is 5 on Linux (<sched.h>, not imported); SCHED_OTHER is 0.
+        _ = pthread_setschedparam(id, idle ? 5 : 0, &parameters)
+    }
+
+    /// Whether a job has finished, for the timer that raises the thread.
+    private final class Done: Sendable {
+        let flag = Atomic<Bool>(false)
     }
 }
