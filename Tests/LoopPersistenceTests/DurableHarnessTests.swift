@@ -64,16 +64,7 @@ import Testing
 @Suite(.serialized) struct IdleWorkTests {
     /// While the idle thread is busy, a newer snapshot of a stream replaces the one still waiting.
     @Test func aNewerJobOfAKeyReplacesOneNotYetStarted() async {
-        let started = Locked(false)
-        let gate = DispatchSemaphore(value: 0)
-        let blocker = Task {
-            await IdleWork.shared.run { () -> Int in
-                started.withLock { $0 = true }
-                gate.wait()
-                return 0
-            }
-        }
-        await eventually("the idle thread is busy") { started.withLock { $0 } }
+        let (blocker, gate) = await occupy(IdleWork.shared)
         let older = Task { await IdleWork.shared.run(key: "idle-test") { 1 } }
         await eventually("the older job waits") { IdleWork.shared.isQueued("idle-test") }
         let newer = Task { await IdleWork.shared.run(key: "idle-test") { 2 } }
@@ -89,40 +80,46 @@ import Testing
     /// to `nice` 19 (`SCHED_OTHER`), so snapshots come under a full load too, and it goes back once its
     /// queue is empty.
     @Test func aJobThatWaitedRaisesTheThreadUntilTheQueueIsEmpty() async throws {
-        let gate = DispatchSemaphore(value: 0)
+        // A thread of its own, so the snapshots of tests running beside this one change nothing here.
+        let work = IdleWork(patience: .milliseconds(50))
+        let (blocker, gate) = await occupy(work)
+        guard work.scheduling.idles else {
+            // This process may not leave SCHED_IDLE again: the thread stays at nice 19.
+            #expect(work.scheduling.policy == 0)
+            gate.signal()
+            _ = await blocker.value
+            return
+        }
+        let waiting = Task { await work.run { 7 } }
+        try await poll("the thread is raised") { work.scheduling.policy == 0 }
+        gate.signal()
+        #expect(await blocker.value == 0)
+        #expect(await waiting.value == 7)
+        try await poll("the thread is back under SCHED_IDLE") { work.scheduling.policy == 5 }
+    }
+
+    /// Occupies `work`'s thread with a job that returns 0 once the semaphore is signalled.
+    func occupy(_ work: IdleWork) async -> (job: Task<Int?, Never>, gate: DispatchSemaphore) {
         let started = Locked(false)
-        let blocker = Task {
-            await IdleWork.shared.run { () -> Int in
+        let gate = DispatchSemaphore(value: 0)
+        let job = Task {
+            await work.run { () -> Int in
                 started.withLock { $0 = true }
                 gate.wait()
                 return 0
             }
         }
         await eventually("the idle thread is busy") { started.withLock { $0 } }
-        guard IdleWork.shared.scheduling.idles else {
-            // This process may not leave SCHED_IDLE again: the thread stays at nice 19.
-            #expect(IdleWork.shared.scheduling.policy == 0)
-            gate.signal()
-            _ = await blocker.value
-            return
-        }
-        // (Other suites' snapshots may have raised it already; either way a waiting job keeps it raised.)
-        let waiting = Task { await IdleWork.shared.run { 7 } }
-        // The blocker's own wait raises it first (its job has not finished); poll the condition.
-        var polls = 0
-        while IdleWork.shared.scheduling.policy != 0, polls < 2_000 {
+        return (job, gate)
+    }
+
+    /// Waits until `condition` holds, looking every 10 ms (the thread's policy changes on other threads,
+    /// after a wait measured on the wall clock), for at most 20 s.
+    func poll(_ what: String, _ condition: () -> Bool) async throws {
+        for _ in 0..<2_000 {
+            if condition() { return }
             try await Task.sleep(for: .milliseconds(10))
-            polls += 1
         }
-        #expect(IdleWork.shared.scheduling.policy == 0)
-        gate.signal()
-        #expect(await blocker.value == 0)
-        #expect(await waiting.value == 7)
-        polls = 0
-        while IdleWork.shared.scheduling.policy != 5, polls < 2_000 {
-            try await Task.sleep(for: .milliseconds(10))
-            polls += 1
-        }
-        #expect(IdleWork.shared.scheduling.policy == 5)
+        Issue.record("\(what): never")
     }
 }

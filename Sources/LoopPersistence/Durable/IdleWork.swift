@@ -43,9 +43,13 @@ package final class IdleWork: Sendable {
     private let thread = Locked(Thread())
     private let signal = DispatchSemaphore(value: 0)
     /// How long a job waits under `SCHED_IDLE` before the thread is raised to `nice` 19.
-    private static let patience = DispatchTimeInterval.seconds(1)
+    private let patience: DispatchTimeInterval
 
-    private init() {
+    /// A thread of its own, raised once a job has waited `patience`; the process's is ``shared`` (a test
+    /// makes its own, so other tests' snapshots do not change what it sees).
+    package init(patience: Duration = .seconds(1)) {
+        let (seconds, attoseconds) = patience.components
+        self.patience = .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
         let (state, signal) = (self.thread, self.signal)
         let started = OSThread(
             {
@@ -112,7 +116,7 @@ package final class IdleWork: Sendable {
             }
             // A job replaced keeps the queue's length: the thread is woken once per job in the queue.
             if let superseded { superseded.run(false) } else { signal.signal() }
-            DispatchQueue.global().asyncAfter(deadline: .now() + Self.patience) { [weak self] in
+            DispatchQueue.global().asyncAfter(deadline: .now() + patience) { [weak self] in
                 if !done.flag.load(ordering: .acquiring) { self?.raise() }
             }
         }
