@@ -38,6 +38,8 @@ package final class IdleWork: Sendable {
         var raised = false
         /// Whether it may go to `SCHED_IDLE` and come back.
         var idles = false
+        /// Whether it runs a job now.
+        var busy = false
     }
 
     private let thread = Locked(Thread())
@@ -64,10 +66,16 @@ package final class IdleWork: Sendable {
                 if idles { Self.schedule(pthread_self(), idle: true) }
                 while true {
                     signal.wait()
-                    let job = state.withLock { $0.jobs.isEmpty ? nil : $0.jobs.removeFirst() }
+                    let job = state.withLock { thread -> Job? in
+                        guard !thread.jobs.isEmpty else { return nil }
+                        thread.busy = true
+                        return thread.jobs.removeFirst()
+                    }
                     job?.run(true)
-                    // The queue is empty: back to waiting for idle processors only.
+                    // The queue is empty: back to waiting for idle processors only. (Checked under the
+                    // lock `raise` takes, so a late raise finds the thread idle, or is undone here.)
                     let lower = state.withLock { thread -> Bool in
+                        thread.busy = false
                         guard thread.raised, thread.jobs.isEmpty else { return false }
                         thread.raised = false
                         return true
@@ -127,7 +135,9 @@ package final class IdleWork: Sendable {
     /// A job has waited `patience` under `SCHED_IDLE`: the thread gets `nice` 19 until its queue is empty.
     private func raise() {
         let id = thread.withLock { thread -> pthread_t? in
-            guard thread.idles, !thread.raised, let id = thread.id else { return nil }
+            guard thread.idles, !thread.raised, thread.busy || !thread.jobs.isEmpty, let id = thread.id else {
+                return nil
+            }
             thread.raised = true
             return id
         }
