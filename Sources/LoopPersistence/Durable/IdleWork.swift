@@ -124,8 +124,10 @@ package final class IdleWork: Sendable {
             }
             // A job replaced keeps the queue's length: the thread is woken once per job in the queue.
             if let superseded { superseded.run(false) } else { signal.signal() }
-            DispatchQueue.global().asyncAfter(deadline: .now() + patience) { [weak self] in
-                if !done.flag.load(ordering: .acquiring) { self?.raise() }
+            // The timer holds the thread's state, not this object: no weak reference outlives a test.
+            let thread = self.thread
+            DispatchQueue.global().asyncAfter(deadline: .now() + patience) {
+                if !done.flag.load(ordering: .acquiring) { Self.raise(thread) }
             }
         }
         done.flag.store(true, ordering: .releasing)
@@ -133,7 +135,7 @@ package final class IdleWork: Sendable {
     }
 
     /// A job has waited `patience` under `SCHED_IDLE`: the thread gets `nice` 19 until its queue is empty.
-    private func raise() {
+    private static func raise(_ thread: Locked<Thread>) {
         let id = thread.withLock { thread -> pthread_t? in
             guard thread.idles, !thread.raised, thread.busy || !thread.jobs.isEmpty, let id = thread.id else {
                 return nil
