@@ -88,18 +88,13 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         _ extract: @escaping @Sendable (Effect) -> Payload?,
         to handler: some EffectHandler<Payload, Event>
     ) -> EffectRouter {
-        var copy = self
-        copy.hasAsyncRoutes = true
-        copy.routes.append(
-            Route(
-                accepts: { extract($0) != nil },
-                performer: .async { effect, send in
-                    guard let payload = extract(effect) else { return }
-                    try await handler.handle(payload, send: send)
-                }
-            )
+        adding(
+            extract,
+            .async { effect, send in
+                guard let payload = extract(effect) else { return }
+                try await handler.handle(payload, send: send)
+            }
         )
-        return copy
     }
 
     /// Adds a route: effects for which `extract` returns a payload are performed by `handler`, inline.
@@ -108,17 +103,13 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         _ extract: @escaping @Sendable (Effect) -> Payload?,
         to handler: some SyncEffectHandler<Payload, Event>
     ) -> EffectRouter {
-        var copy = self
-        copy.routes.append(
-            Route(
-                accepts: { extract($0) != nil },
-                performer: .sync { effect, send in
-                    guard let payload = extract(effect) else { return }
-                    try handler.handle(payload, send: send)
-                }
-            )
+        adding(
+            extract,
+            .sync { effect, send in
+                guard let payload = extract(effect) else { return }
+                try handler.handle(payload, send: send)
+            }
         )
-        return copy
     }
 
     /// ``route(_:to:)`` with `handler`, or, when `completing` is given, ``route(_:completing:)`` with it:
@@ -141,17 +132,21 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         _ extract: @escaping @Sendable (Effect) -> Payload?,
         completing start: @escaping @Sendable (Payload, Send<Event>, @escaping Completion) -> Void
     ) -> EffectRouter {
-        var copy = self
-        copy.hasAsyncRoutes = true
-        copy.routes.append(
-            Route(
-                accepts: { extract($0) != nil },
-                performer: .completing { effect, send, done in
-                    guard let payload = extract(effect) else { return done(.success(())) }
-                    start(payload, send, done)
-                }
-            )
+        adding(
+            extract,
+            .completing { effect, send, done in
+                guard let payload = extract(effect) else { return done(.success(())) }
+                start(payload, send, done)
+            }
         )
+    }
+
+    /// The same router with a route for the effects `extract` takes, performed by `performer`.
+    @inlinable
+    func adding<Payload>(_ extract: @escaping @Sendable (Effect) -> Payload?, _ performer: Performer) -> EffectRouter {
+        var copy = self
+        if case .sync = performer {} else { copy.hasAsyncRoutes = true }
+        copy.routes.append(Route(accepts: { extract($0) != nil }, performer: performer))
         return copy
     }
 

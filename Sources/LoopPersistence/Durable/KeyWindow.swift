@@ -117,9 +117,8 @@ public struct KeyWindow: Sendable, Equatable {
     /// Records the answer to the request with the reply address `reply`; `false` if the window has no
     /// such request or it has its answer already.
     public mutating func answer(_ reply: UInt64, with answer: RecordedAnswer) -> Bool {
-        guard let key = storage?.byReply[reply], storage?.entries[key]?.answer == nil else { return false }
-        mutableStorage().entries[key]?.answer = answer
-        return true
+        if case .recorded = self.answer(reply, with: { answer }) { return true }
+        return false
     }
 
     /// What became of an answer to record.
