@@ -236,3 +236,180 @@ struct SplitMix: RandomNumberGenerator {
         return value ^ (value >> 31)
     }
 }
+
+/// The codec writes values straight into one buffer when they use their containers in order, and
+/// builds a tree when they do not: both must give the same bytes, and each must be the one used.
+@Suite struct BinaryStreamingTests {
+    typealias Everything = BinaryCodecTests.Everything
+
+    /// Both ways to the bytes of `value`: the fast one must be taken and agree with the tree.
+    func expectStreamed<T: Codable & Equatable>(_ value: T, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let streamed = BinaryStreaming.bytes(of: value)
+        let tree = try BinaryCodec<T>.encodeAsTree(value)
+        #expect(streamed == tree, sourceLocation: sourceLocation)
+        #expect(try BinaryCodec<T>().decode(BinaryCodec<T>().encode(value)) == value, sourceLocation: sourceLocation)
+    }
+
+    /// Random values of every kind, with strings, containers and counts past 127 (whose lengths take
+    /// more than the one byte the stream leaves for them).
+    @Test func inOrderValuesAreStreamedWithTheTreesBytes() throws {
+        var random = SplitMix(state: 2026_11_26)
+        func text(_ random: inout SplitMix) -> String {
+            let length = [0, 1, 5, 127, 128, 300, 20_000].randomElement(using: &random) ?? 0
+            return String(repeating: "é", count: length / 2) + String(repeating: "x", count: length % 2)
+        }
+        for round in 0..<200 {
+            let many = round % 10 == 0 ? 200 : Int.random(in: 0...5, using: &random)
+            let value = Everything(
+                name: text(&random),
+                count: Int.random(in: .min ... .max, using: &random),
+                small: UInt8.random(in: 0...255, using: &random),
+                big: UInt64.random(in: 0 ... .max, using: &random),
+                negative: Int64.random(in: .min...0, using: &random),
+                ratio: Double.random(in: -1e9...1e9, using: &random),
+                single: Float.random(in: -1...1, using: &random),
+                optional: round % 3 == 0 ? nil : text(&random),
+                missing: round % 2 == 0 ? nil : round,
+                kinds: (0..<many).map { index in
+                    switch index % 3 {
+                    case 0: .plain
+                    case 1: .tagged(text(&random), weight: Double(index))
+                    default:
+                        .nested(.init(values: (0..<many).map { Int8(truncatingIfNeeded: $0) }, flag: index % 2 == 0))
+                    }
+                },
+                byName: Dictionary(uniqueKeysWithValues: (0..<many).map { ("k\($0)", $0) }),
+                byNumber: Dictionary(uniqueKeysWithValues: (0..<many).map { ($0, text(&random)) }),
+                tags: Set((0..<many).map { "t\($0)" }),
+                wait: .nanoseconds(Int64.random(in: 0...1_000_000_000, using: &random)),
+                nestedArrays: (0..<many).map { Array(0..<$0) }
+            )
+            try expectStreamed(value)
+        }
+        try expectStreamed(BinaryCodecTests.sample)
+        try expectStreamed(42)
+        try expectStreamed("top")
+        try expectStreamed([Int?.none, 1])
+        try expectStreamed(Empty())
+        var tree = BinaryCodecTests.Tree.leaf
+        for _ in 0..<200 { tree = .node(tree) }
+        try expectStreamed(tree)
+    }
+
+    /// Nothing encoded at all is null, as in the tree.
+    struct Empty: Codable, Equatable {
+        init() {}
+        init(from decoder: any Decoder) throws {}
+        func encode(to encoder: any Encoder) throws {}
+    }
+
+    enum Key: String, CodingKey { case a, b, c }
+
+    /// Takes two nested containers, then writes to the first after the second was taken.
+    struct Interleaved: Encodable {
+        func encode(to encoder: any Encoder) throws {
+            var top = encoder.container(keyedBy: Key.self)
+            var first = top.nestedContainer(keyedBy: Key.self, forKey: .a)
+            var second = top.nestedUnkeyedContainer(forKey: .b)
+            try second.encode(1)
+            try first.encode("late", forKey: .c)
+        }
+    }
+
+    /// Asks its encoder for a keyed container twice, writing to a nested one between the two: in order
+    /// still (the nested one is finished when its parent is written to again), so it is streamed.
+    struct Reopened: Encodable {
+        func encode(to encoder: any Encoder) throws {
+            var first = encoder.container(keyedBy: Key.self)
+            try first.encode(1, forKey: .a)
+            var inner = first.nestedUnkeyedContainer(forKey: .b)
+            try inner.encode("x")
+            var again = encoder.container(keyedBy: Key.self)
+            try again.encode(2, forKey: .c)
+        }
+    }
+
+    /// Writes a single value twice: the tree keeps the second.
+    struct Overwritten: Encodable {
+        func encode(to encoder: any Encoder) throws {
+            var single = encoder.singleValueContainer()
+            try single.encode(1)
+            try single.encode("second")
+        }
+    }
+
+    /// Starts keyed, then asks for an unkeyed container: the tree keeps the unkeyed one.
+    struct SwitchedKinds: Encodable {
+        func encode(to encoder: any Encoder) throws {
+            var keyed = encoder.container(keyedBy: Key.self)
+            try keyed.encode(1, forKey: .a)
+            var unkeyed = encoder.unkeyedContainer()
+            try unkeyed.encode(2)
+        }
+    }
+
+    /// Keeps a container of its parent's and writes to it from inside a nested value.
+    final class Escaping: Encodable, @unchecked Sendable {
+        func encode(to encoder: any Encoder) throws {
+            var top = encoder.container(keyedBy: Key.self)
+            try top.encode(Inner(parent: top), forKey: .a)
+        }
+
+        struct Inner: Encodable {
+            let parent: KeyedEncodingContainer<Key>
+            func encode(to encoder: any Encoder) throws {
+                var parent = parent
+                try parent.encode("from inside", forKey: .b)
+                var own = encoder.singleValueContainer()
+                try own.encode(3)
+            }
+        }
+    }
+
+    /// Values that use their containers out of order are not streamed, and the codec gives them the
+    /// tree's bytes; a subclass's super encoder goes the same way.
+    @Test func outOfOrderValuesFallBackToTheTree() throws {
+        func expectTree<T: Encodable>(_ value: T, sourceLocation: SourceLocation = #_sourceLocation) throws {
+            #expect(BinaryStreaming.bytes(of: value) == nil, sourceLocation: sourceLocation)
+            let tree = try BinaryCodec<Wrapped<T>>.encodeAsTree(Wrapped(value))
+            #expect(try BinaryCodec<Wrapped<T>>().encode(Wrapped(value)) == tree, sourceLocation: sourceLocation)
+        }
+        try expectTree(Interleaved())
+        let reopened = try BinaryCodec<Wrapped<Reopened>>.encodeAsTree(Wrapped(Reopened()))
+        #expect(BinaryStreaming.bytes(of: Reopened()) == reopened)
+        try expectTree(Overwritten())
+        try expectTree(SwitchedKinds())
+        try expectTree(Escaping())
+        try expectTree(BinaryCodecTests.Derived(id: 1, extra: "x"))
+        let back = try BinaryCodec<BinaryCodecTests.Derived>()
+            .decode(BinaryCodec<BinaryCodecTests.Derived>().encode(.init(id: 9, extra: "y")))
+        #expect(back.id == 9 && back.extra == "y")
+    }
+
+    /// An encode-only value made `Codable` for the codec's type, never decoded.
+    struct Wrapped<T: Encodable>: Codable {
+        let value: T
+        init(_ value: T) { self.value = value }
+        init(from decoder: any Decoder) throws { throw CodecError("encode only") }
+        func encode(to encoder: any Encoder) throws { try value.encode(to: encoder) }
+    }
+
+    /// An error thrown while streaming is the tree's error, naming the path.
+    @Test func anErrorIsTheTreesError() throws {
+        struct Refusing: Codable {
+            init() {}
+            init(from decoder: any Decoder) throws {}
+            func encode(to encoder: any Encoder) throws {
+                var container = encoder.container(keyedBy: Key.self)
+                try container.encode(1, forKey: .a)
+                throw EncodingError.invalidValue(1, .init(codingPath: encoder.codingPath, debugDescription: "no"))
+            }
+        }
+        struct Outer: Codable {
+            var inner = [Refusing()]
+            init() {}
+        }
+        #expect(BinaryStreaming.bytes(of: Outer()) == nil)
+        #expect(throws: CodecError("cannot encode Outer: inner.0: no")) { try BinaryCodec<Outer>().encode(Outer()) }
+    }
+}

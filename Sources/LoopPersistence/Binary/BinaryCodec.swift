@@ -19,6 +19,13 @@ public struct BinaryCodec<Value: Codable>: EventCodec {
 
     /// The bytes of `value`.
     public func encode(_ value: Value) throws -> [UInt8] {
+        if let bytes = BinaryStreaming.bytes(of: value) { return bytes }
+        return try Self.encodeAsTree(value)
+    }
+
+    /// The bytes of `value` built as a tree first: what ``encode(_:)`` falls back to when `value` uses
+    /// its containers out of order (and how the tests check that the fast path writes the same bytes).
+    package static func encodeAsTree(_ value: Value) throws -> [UInt8] {
         let encoder = BinaryEncoding.Encoder(path: [])
         do {
             try value.encode(to: encoder)
