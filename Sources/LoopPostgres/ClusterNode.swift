@@ -72,6 +72,9 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     private let configuration: Configuration
     private let store: PostgresEventStore
     private let control: PostgresWorker
+    /// The backend pid of `control`'s session, which holds the shard locks.
+    private let holder: Int32
+    private let lease: LeaseKeeper
     private let group: DurableLoopGroup<String, State, Inboxed<Event>, Effect>
     private let events: any EventCodec<Event>
     private let shards: Int
@@ -123,7 +126,6 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             label: "effectloop.cluster.\(name)",
             applicationName: "effectloop node \(name)"
         )
-        let holder: Int32
         do {
             (shards, holder) = try await control.run { connection throws(PostgresError) in
                 let rows = try connection.execute(
@@ -138,6 +140,13 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         }
         // Every append checks, in its transaction, that this session still holds its stream's shard.
         store.fence(holder: holder, shards: shards)
+        lease = LeaseKeeper(
+            conninfo: conninfo,
+            schema: schema,
+            node: name,
+            heartbeat: configuration.heartbeat,
+            stallLimit: configuration.membershipTimeout * 4
+        )
         let update = program.update
         group = DurableLoopGroup(
             stream: { $0 },
@@ -182,7 +191,9 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             _ = try await control.run { connection throws(PostgresError) in try connection.execute("LISTEN \(channel)")
             }
             while !ledger.withLock({ $0.stopping }) {
+                lease.turned()
                 let rows = try await tick()
+                lease.start(session: holder)
                 dispatch(rows)
                 if let (stream, reason) = group.failedStreams.first {
                     failure =
@@ -206,6 +217,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         } catch {
             failure = .connectionLost("\(error)")
         }
+        await lease.stop()
         await leave()
         // A node that may have lost its locks commits as little as it can from now on: the database
         // refuses what another node did meanwhile, but nothing needs to be tried.
@@ -234,15 +246,38 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         let quietReleasing = releasable()
         let (owned, releasing) = ledger.withLock { ($0.owned, $0.releasing) }
         let outcome = try await control.run { connection throws(PostgresError) -> Tick in
+            // The heartbeat renews the node's lease and names the session that holds its locks.
             try connection.execute(
                 """
-                INSERT INTO \(schema).nodes (node, heartbeat_at) VALUES ($1, now())
-                ON CONFLICT (node) DO UPDATE SET heartbeat_at = now()
+                INSERT INTO \(schema).nodes (node, heartbeat_at, session_pid, session_start)
+                SELECT $1, now(), pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()
+                ON CONFLICT (node) DO UPDATE SET
+                    heartbeat_at = now(), session_pid = excluded.session_pid, session_start = excluded.session_start
                 """,
                 [.text(name)]
             )
+            // A node whose lease expired (no heartbeat within the timeout: paused, partitioned, hung)
+            // loses its shards whatever its session still holds: its lock session is ended, which frees
+            // its locks for the shards' new owners and fences its appends (they check that session).
+            try connection.execute(
+                """
+                SELECT pg_terminate_backend(a.pid) FROM \(schema).nodes n
+                JOIN pg_stat_activity a ON a.pid = n.session_pid AND a.backend_start = n.session_start
+                WHERE n.node <> $1 AND n.heartbeat_at <= now() - make_interval(secs => $2::bigint / 1000.0)
+                """,
+                [.text(name), .int(timeout)]
+            )
+            // The members: a lease not expired, held by a session still alive. A node that died (its
+            // session ended with it) counts no more at once, so its shards are taken at the next
+            // heartbeat rather than after the timeout.
             let live = try connection.execute(
-                "SELECT node FROM \(schema).nodes WHERE heartbeat_at > now() - make_interval(secs => $1::bigint / 1000.0)",
+                """
+                SELECT n.node FROM \(schema).nodes n
+                WHERE n.heartbeat_at > now() - make_interval(secs => $1::bigint / 1000.0)
+                  AND EXISTS (
+                      SELECT 1 FROM pg_stat_activity a WHERE a.pid = n.session_pid AND a.backend_start = n.session_start
+                  )
+                """,
                 [.int(timeout)]
             )
             var members: [String] = []

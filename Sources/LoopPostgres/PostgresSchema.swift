@@ -92,6 +92,12 @@ enum PostgresSchema {
                 )
                 """,
             ],
+            // Leases: a node's heartbeat names the session holding its shard locks (its backend's pid
+            // and start), so the others can tell a node whose session ended (it counts no more, at
+            // once) and end the session of one whose heartbeat stopped (its lease expired).
+            [
+                "ALTER TABLE \(schema).nodes ADD COLUMN session_pid integer, ADD COLUMN session_start timestamptz"
+            ],
         ]
     }
 

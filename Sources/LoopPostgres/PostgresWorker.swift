@@ -39,6 +39,12 @@ final class PostgresWorker: @unchecked Sendable {
         queue.async(execute: body)
     }
 
+    /// Schedules `body` on the worker's queue after `delay`, without waiting.
+    func schedule(after delay: Duration, _ body: @escaping @Sendable () -> Void) {
+        let nanoseconds = delay.components.seconds * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000
+        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: nanoseconds)), execute: body)
+    }
+
     /// Runs `body` with the connection; only from a block already on the queue.
     func runInline<Result>(
         _ body: (PostgresConnection) throws(PostgresError) -> Result
