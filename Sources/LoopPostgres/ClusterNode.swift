@@ -15,10 +15,13 @@ internal import LoopRuntime
 /// try await node.run()       // until stop(), or a failure that stops it (see below)
 /// ```
 ///
-/// - **Membership and shards.** Every heartbeat the node records itself in the `nodes` table and reads
-///   the nodes seen within the membership timeout; ``ShardMap`` gives the shards it should own. It takes
-///   each with a session advisory lock (so one node at a time owns it), and hands over one another node
-///   should own once the shard's entities are quiet (their events committed), by releasing the lock.
+/// - **Membership and shards.** Every heartbeat the node renews its lease in the `nodes` table (naming
+///   the session that holds its locks) and reads the members: nodes whose lease is younger than the
+///   membership timeout and whose lock session is alive. ``ShardMap`` gives the shards it should own. It
+///   takes each with a session advisory lock (so one node at a time owns it), and hands over one another
+///   node should own once the shard's entities are quiet (their events committed), by releasing the
+///   lock. A node whose lease expired (paused, cut off, stuck) has its lock session ended by the others,
+///   which frees its shards and fences its appends.
 /// - **Processing.** It reads its shards' inbox rows in id order and sends each to its entity's durable
 ///   loop with the row's id; the store appends the event and deletes the row in one transaction, and
 ///   `events.inbox_id` is unique: each row makes exactly one committed transition. A row that does not
@@ -42,8 +45,9 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         /// How often the node records its heartbeat, looks at the membership, and polls the inbox when
         /// no notification wakes it.
         public var heartbeat: Duration
-        /// How long after its last heartbeat a node no longer counts: the failover time is this plus one
-        /// heartbeat.
+        /// The lease: how long after its last heartbeat a node no longer counts and loses its shards
+        /// (the others end its lock session). A node that died counts no more at once: its shards are
+        /// taken at the others' next heartbeat.
         public var membershipTimeout: Duration
         /// The most inbox rows one poll takes.
         public var batch: Int
