@@ -63,7 +63,9 @@ let package = Package(
         .testTarget(
             name: "LoopDemoTests",
             dependencies: [
-                "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopDemo", "LoopTesting", "loop-demo",
+                "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopDemo", "LoopPersistence",
+                "LoopTesting",
+                "loop-demo",
             ]
         ),
         .testTarget(

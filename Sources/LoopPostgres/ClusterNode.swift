@@ -35,7 +35,7 @@ internal import LoopRuntime
 ///   way to end.
 /// - **Failures stop the node** (crash-only; restart it, say with systemd): a broken connection holding
 ///   its locks, or an append fenced (the node had lost the shard) or refused because another node wrote
-///   the entity's stream. ``run()`` then throws ``ClusterError``; nothing it had not
+///   the entity's stream (told apart by ``DurableFailure/isFenced``, not by words). ``run()`` then throws ``ClusterError``; nothing it had not
 ///   committed is lost, since the rows stay in the inbox for the shard's next owner.
 public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
     /// How a node paces itself.
@@ -199,10 +199,13 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                 let rows = try await tick()
                 lease.start(session: holder)
                 dispatch(rows)
-                if let (stream, reason) = group.failedStreams.first {
+                if let (stream, failed) = group.failedStreams.first {
+                    // Told apart by type: a fenced append or a stream another writer moved on means the
+                    // node lost the shard; anything else is the store failing.
                     failure =
-                        reason.contains("version conflict") || reason.contains("fenced:")
-                        ? .fenced(stream: stream, reason: reason) : .storeFailed(stream: stream, reason: reason)
+                        failed.isFenced
+                        ? .fenced(stream: stream, reason: failed.description)
+                        : .storeFailed(stream: stream, reason: failed.description)
                     break
                 }
                 let wait = Int32(

@@ -74,7 +74,7 @@ let usage = """
       0   every job succeeded (or none was submitted)
       1   some job failed or was cancelled
       64  usage error
-      65  a journal or store that does not replay
+      65  a journal or store that does not replay (damaged, or records that no longer decode)
       66  replay --store: no store in the directory
       70  an internal error
       73  the journal file or store cannot be created (or another process holds the store)
@@ -431,7 +431,13 @@ func runDurably(
             "store: \(loop.version) events kept in \(directory); the table is what the run saw, which may be "
                 + "ahead of the store (a restart continues from what it kept)"
         )
-        status = error is DurableLoopError ? 74 : 70
+        // Records that no longer decode are a data error, as a damaged store is; anything else the
+        // store did is an I/O error.
+        if case .storeFailed(let failure) = error as? DurableLoopError {
+            status = failure.isUndecodable ? 65 : 74
+        } else {
+            status = error is DurableLoopError ? 74 : 70
+        }
     }
     await store.close()
     return status

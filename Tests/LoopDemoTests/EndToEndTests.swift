@@ -1,5 +1,6 @@
 import Foundation
 import LoopDemo
+import LoopPersistence
 import Testing
 
 #if canImport(Glibc)
@@ -133,6 +134,20 @@ import Glibc
             #expect(result.status == 65, "\(command): \(result.output)")
             #expect(result.output.contains("corrupted data at \(log) at offset 0"), "\(command): \(result.output)")
         }
+    }
+
+    /// A store whose records are intact but no longer decode (written by another program, or by this
+    /// one before its types changed) is a data error: exit 65, naming the stream and version, not the
+    /// 74 of a store that failed.
+    @Test func aStoreWhoseEventsDoNotDecodeExitsWithADataError() async throws {
+        let scratch = Demo.scratch()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let store = try FileEventStore(directory: "\(scratch)/store")
+        _ = try await store.append([Array("not a job event".utf8)], to: JobRunner.stream, expecting: 0)
+        await store.close()
+        let result = try await Demo.sh("\"$DEMO\" --stdin --store '\(scratch)/store' < /dev/null")
+        #expect(result.status == 65, "\(result.output)")
+        #expect(result.output.contains("stream 'jobs': the event at version 1 does not decode"), "\(result.output)")
     }
 
     /// A log file deleted under a store is loss: refused, naming it, unless the operator accepts it.

@@ -127,8 +127,9 @@ import Testing
         let running = Task { try await ledgers.run() }
         await #expect(throws: DurableLoopError.self) { try await ledgers.sendDurably(.add(1), to: "broken") }
         #expect(
-            ledgers.failedStreams["broken"]?.hasPrefix("stream 'broken': the event at version 1 does not decode")
-                == true
+            ledgers.failedStreams["broken"]?.description.hasPrefix(
+                "stream 'broken': the event at version 1 does not decode"
+            ) == true
         )
         #expect(ledgers.send(.add(1), to: "broken") == .rejected(.failed))
         #expect(try await ledgers.sendDurably(.add(1), to: "fine") == 1)

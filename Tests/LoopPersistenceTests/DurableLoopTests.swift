@@ -136,16 +136,11 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
     @Test func aStoreFailureRefusesWaitingSendersAndStops() {
         var durable = running()
         _ = update(&durable, .event(.add(1), ticket: 4))
-        #expect(
-            update(&durable, .failed("disk full")) == [
-                .fail(stream: "ledger", tickets: [4], reason: "disk full"), .stop,
-            ]
-        )
-        #expect(durable.phase == .failed("disk full"))
+        let full = DurableFailure(.storeError("disk full"), stream: "ledger")
+        #expect(update(&durable, .failed(full)) == [.fail(stream: "ledger", tickets: [4], reason: full), .stop])
+        #expect(durable.phase == .failed(full))
         // Nothing is applied any more; a waiting sender is told why.
-        #expect(
-            update(&durable, .event(.add(2), ticket: 5)) == [.fail(stream: "ledger", tickets: [5], reason: "disk full")]
-        )
+        #expect(update(&durable, .event(.add(2), ticket: 5)) == [.fail(stream: "ledger", tickets: [5], reason: full)])
         #expect(durable.state.total == 1)
         #expect(update(&durable, .recorded(upTo: 1)).isEmpty)
     }
@@ -257,9 +252,10 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
         let card = Card(store: store)
         let loop = DurableLoop(stream: "ledger", program: Ledger.program, effects: card.router, store: store)
         let running = Task { try await loop.run() }
-        let full = DurableLoopError.storeFailed(
-            "stream 'ledger': cannot write to disk: No space left on device (errno 28)"
-        )
+        let disk = EventStoreError(.io(code: 28, action: "write to disk"), stream: "ledger")
+        let full = DurableLoopError.storeFailed(DurableFailure(.store(disk), stream: "ledger"))
+        // The store's own error, typed, and the same words as the store's.
+        #expect(full.description == "the durable loop stopped: \(disk)")
         await #expect(throws: full) { try await loop.sendDurably(.add(5)) }
         await #expect(throws: full) { _ = try await running.value }
         #expect(card.amounts.isEmpty)
@@ -352,7 +348,16 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
                 Issue.record("unexpected \(error)")
                 return
             }
-            #expect(reason.hasPrefix("stream 'ledger': the event at version 2 does not decode: cannot decode Event"))
+            #expect(
+                reason.description.hasPrefix(
+                    "stream 'ledger': the event at version 2 does not decode: cannot decode Event"
+                )
+            )
+            #expect(reason.isUndecodable && reason.whileRecovering && !reason.isFenced)
+            guard case .undecodable(.event, version: 2, _) = reason.kind else {
+                Issue.record("not an undecodable event: \(reason.kind)")
+                return
+            }
         }
     }
 

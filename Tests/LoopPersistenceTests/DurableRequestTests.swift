@@ -154,7 +154,9 @@ final class GatedStore: EventStore {
         var durable = running()
         _ = update(&durable, .call(DurableCall(event: .deposit(5, replyTo: ReplyTo(id: 7)), reply: 7, ticket: 1)))
         #expect(
-            update(&durable, .failed("disk full")) == [.fail(stream: "a", tickets: [], reason: "disk full"), .stop]
+            update(&durable, .failed(DurableFailure(.storeError("disk full"), stream: "a"))) == [
+                .fail(stream: "a", tickets: [], reason: DurableFailure(.storeError("disk full"), stream: "a")), .stop,
+            ]
         )
         #expect(durable.droppedReplies == 1)
     }

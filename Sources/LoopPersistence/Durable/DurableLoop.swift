@@ -189,7 +189,8 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
             deliver: { deliver(.call($0)) },
             refusal: { rejection in
                 rejection == .failed
-                    ? .storeFailed(failures.reasons.withLock { $0[stream] } ?? "\(rejection)") : .rejected(rejection)
+                    ? .storeFailed(failures.reasons.withLock { $0[stream] }?.description ?? "\(rejection)")
+                    : .rejected(rejection)
             }
         )
     }

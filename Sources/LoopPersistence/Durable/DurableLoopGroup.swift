@@ -288,8 +288,8 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
             fingerprint: storage.fingerprint(of:),
             deliver: { deliver(.call($0), to: id) },
             refusal: { rejection in
-                if rejection == .failed, case .storeFailed(let reason) = failure(of: id) {
-                    .storeFailed(reason)
+                if rejection == .failed, case .storeFailed(let failure) = failure(of: id) {
+                    .storeFailed(failure.description)
                 } else {
                     .rejected(rejection)
                 }
@@ -313,11 +313,13 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         }
     }
 
-    /// Why the entity `id` refuses events: its store's failure, in words.
+    /// Why the entity `id` refuses events: its store's failure.
     @usableFromInline
     func failure(of id: ID) -> DurableLoopError {
         let stream = streamOf(id)
-        return .storeFailed(failures.reasons.withLock { $0[stream] } ?? "stream '\(stream)' failed")
+        return .storeFailed(
+            failures.reasons.withLock { $0[stream] } ?? DurableFailure(.storeError("failed"), stream: stream)
+        )
     }
 
     @inlinable
@@ -388,7 +390,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
 
     /// The streams whose entities failed, with why. Such an entity refuses events until the process
     /// restarts.
-    public var failedStreams: [String: String] {
+    public var failedStreams: [String: DurableFailure] {
         failures.reasons.withLock { $0 }
     }
 
@@ -493,14 +495,14 @@ final class Count: Sendable {
 /// The streams whose entities failed, and a flag that spares sends the lookup while there are none.
 @usableFromInline
 final class Failures: Sendable {
-    @usableFromInline let reasons = Locked<[String: String]>([:])
+    @usableFromInline let reasons = Locked<[String: DurableFailure]>([:])
     @usableFromInline let any = Atomic<Bool>(false)
 
     @usableFromInline
     init() {}
 
     @usableFromInline
-    @Sendable func record(stream: String, reason: String) {
+    @Sendable func record(stream: String, reason: DurableFailure) {
         reasons.withLock { $0[stream] = reason }
         any.store(true, ordering: .releasing)
     }

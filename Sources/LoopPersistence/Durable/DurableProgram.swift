@@ -88,8 +88,8 @@ public enum DurableInput<State, Event> {
     indirect case recovered(State, version: UInt64, snapshot: UInt64, keys: KeyWindow? = nil)
     /// The events up to `version` are durable.
     case recorded(upTo: UInt64)
-    /// The store failed (or the stream could not be read back): why, in words naming the stream.
-    case failed(String)
+    /// The store failed (or the stream could not be read back): why.
+    case failed(DurableFailure)
     /// A snapshot could not be saved. Its events are durable, so the loop goes on; the next snapshot
     /// is tried after another `snapshotEvery` events.
     case snapshotFailed(String)
@@ -128,7 +128,7 @@ public enum DurableEffect<State, Event, Effect> {
     case read(tickets: [UInt64], state: State)
     /// The stream failed: tell waiting senders, readers and requesters their events will never be
     /// durable, and why.
-    case fail(stream: String, tickets: [UInt64], reason: String)
+    case fail(stream: String, tickets: [UInt64], reason: DurableFailure)
     /// Stop the loop: its store failed.
     case stop
 }
@@ -173,7 +173,7 @@ public struct DurableState<State, Event, Effect> {
         /// Processing events.
         case running
         /// The store failed: no event is applied or acknowledged any more.
-        case failed(String)
+        case failed(DurableFailure)
     }
 
     /// An applied event whose effects wait for it to be durable.

@@ -38,7 +38,9 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
     /// callers' keys the snapshot and the events carry come back with the state.
     @inlinable
     func recover(_ stream: String) async -> DurableInput<State, Event> {
-        guard let program = program(stream) else { return .failed("stream '\(stream)': no program to recover it") }
+        guard let program = program(stream) else {
+            return .failed(DurableFailure(.noProgram, stream: stream, whileRecovering: true))
+        }
         var state = program.initial
         var version: UInt64 = 0
         var snapshotVersion: UInt64 = 0
@@ -51,7 +53,11 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                     if let recorded = stored.keys { keys = recorded }
                 } catch {
                     return .failed(
-                        "stream '\(stream)': the snapshot at version \(snapshot.version) does not decode: \(error)"
+                        DurableFailure(
+                            .undecodable(.snapshot, version: snapshot.version, reason: "\(error)"),
+                            stream: stream,
+                            whileRecovering: true
+                        )
                     )
                 }
                 version = snapshot.version
@@ -66,7 +72,11 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                     note = record.note
                 } catch {
                     return .failed(
-                        "stream '\(stream)': the event at version \(stored.version) does not decode: \(error)"
+                        DurableFailure(
+                            .undecodable(.event, version: stored.version, reason: "\(error)"),
+                            stream: stream,
+                            whileRecovering: true
+                        )
                     )
                 }
                 if let note { keys.record(note) }
@@ -74,7 +84,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 version = stored.version
             }
         } catch {
-            return .failed("cannot recover stream '\(stream)': \(error)")
+            return .failed(DurableFailure(storeError: error, stream: stream, whileRecovering: true))
         }
         return .recovered(state, version: version, snapshot: snapshotVersion, keys: keys.count > 0 ? keys : nil)
     }
@@ -95,7 +105,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         do {
             return .recorded(upTo: try await store.append(payloads, to: stream, expecting: expecting))
         } catch {
-            return .failed("\(error)")
+            return .failed(DurableFailure(storeError: error, stream: stream))
         }
     }
 
@@ -115,7 +125,9 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 )
             }
         } catch {
-            return .failure(EncodingFailure(input: .failed("stream '\(stream)': cannot encode an event: \(error)")))
+            return .failure(
+                EncodingFailure(input: .failed(DurableFailure(.unencodable(reason: "\(error)"), stream: stream)))
+            )
         }
         return .success(payloads)
     }
@@ -197,7 +209,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         callers: Callers<State>,
         failureGrace: Duration,
         tally: StoreTally,
-        failed: @escaping @Sendable (_ stream: String, _ reason: String) -> Void = { _, _ in }
+        failed: @escaping @Sendable (_ stream: String, _ reason: DurableFailure) -> Void = { _, _ in }
     ) -> EffectRouter<DurableEffect<State, Event, Effect>, DurableInput<State, Event>> {
         let storage = self
         return effects.mapEvents { DurableInput.event($0, ticket: nil) }
@@ -275,7 +287,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 }
             )
             .route(
-                { effect -> (stream: String, tickets: [UInt64], reason: String)? in
+                { effect -> (stream: String, tickets: [UInt64], reason: DurableFailure)? in
                     if case .fail(let stream, let tickets, let reason) = effect {
                         (stream, tickets, reason)
                     } else {
@@ -350,7 +362,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             let outcome: DurableInput<State, Event> =
                 switch result {
                 case .success(let version): .recorded(upTo: version)
-                case .failure(let error): .failed("\(error)")
+                case .failure(let error): .failed(DurableFailure(storeError: error, stream: append.stream))
                 }
             guard case .recorded(let version) = acknowledge(append, outcome, send: send, tally: tally),
                 let snapshot = append.snapshot
@@ -514,10 +526,10 @@ final class Callers<State: Sendable>: Sendable {
     }
 
     @usableFromInline
-    func fail(_ tickets: [UInt64], in stream: String, reason: String) {
+    func fail(_ tickets: [UInt64], in stream: String, reason: DurableFailure) {
         senders.refuse(tickets, with: DurableLoopError.storeFailed(reason))
         readers.refuse(tickets, with: DurableLoopError.storeFailed(reason))
-        requests.fail(stream, with: .storeFailed(reason))
+        requests.fail(stream, with: .storeFailed(reason.description))
     }
 
     /// Sends `event` (as `call`, when it has a key) with a new sender's ticket through `deliver`, and
@@ -552,9 +564,9 @@ final class Callers<State: Sendable>: Sendable {
 
 /// Why a durable loop could not make an event durable, or stopped.
 public enum DurableLoopError: Error, Hashable, Sendable, CustomStringConvertible {
-    /// The store failed (or the stream could not be read back); the loop stopped. The reason names the
-    /// stream, and the version for an event that did not decode.
-    case storeFailed(String)
+    /// The store failed (or the stream could not be read back); the loop stopped. The failure names the
+    /// stream, and the version of a record that did not decode.
+    case storeFailed(DurableFailure)
     /// The loop refused the event (it was stopping or stopped, or its inbox was full).
     case rejected(Rejection)
     /// The loop ended before the event was durable; it may or may not have been recorded.
