@@ -90,6 +90,8 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         var releasing: Set<Int> = []
         var shardOf: [String: Int] = [:]
         var inFlight: Set<Int64> = []
+        /// The other nodes seen with an expired lease, since when (a lease is ended after a grace).
+        var staleSince: [String: ContinuousClock.Instant] = [:]
         var stopping = false
         var dispatched = 0
         var dead = 0
@@ -252,7 +254,46 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         )
         let quietReleasing = releasable()
         let (owned, releasing) = ledger.withLock { ($0.owned, $0.releasing) }
+        let holder = self.holder
+        let grace = configuration.heartbeat * 2
+        let doomed = ledger.withLock { ledger in
+            ledger.staleSince.filter { ContinuousClock.now - $0.value >= grace }.map(\.key)
+        }
         let outcome = try await control.run { connection throws(PostgresError) -> Tick in
+            // The connection must still be the session that holds the node's locks: one that was ended
+            // (its lease expired) and connected again holds none, and must not count as this node.
+            let session = try connection.execute("SELECT pg_backend_pid()::bigint")
+            guard try session.int(0, 0) == Int64(holder) else {
+                throw PostgresError(.connection, message: "the node's lock session ended (its lease expired?)")
+            }
+            // A predecessor of this node (the same name, another session: a restart while the old process
+            // lingers, paused or cut off) holds locks this node needs: its session is ended. Sessions of
+            // another role cannot be ended, and are left alone (every node must use the same role).
+            try connection.execute(
+                """
+                SELECT pg_terminate_backend(a.pid) FROM \(schema).nodes n
+                JOIN pg_stat_activity a ON a.pid = n.session_pid AND a.backend_start = n.session_start
+                WHERE n.node = $1 AND a.pid <> pg_backend_pid() AND a.usename = current_user
+                """,
+                [.text(name)]
+            )
+            // A node whose lease expired (no heartbeat within the timeout: paused, partitioned, hung)
+            // loses its shards whatever its session still holds: its lock session is ended, which frees
+            // its locks for the shards' new owners and fences its appends (they check that session).
+            // Only once this node has seen it expired for a grace of two heartbeats (`doomed`), and if it
+            // still is: after a stall every node shares (the database's, the network's), every lease
+            // looks expired for a moment, until the renewals that waited out the stall land.
+            for node in doomed {
+                try connection.execute(
+                    """
+                    SELECT pg_terminate_backend(a.pid) FROM \(schema).nodes n
+                    JOIN pg_stat_activity a ON a.pid = n.session_pid AND a.backend_start = n.session_start
+                    WHERE n.node = $1 AND n.node <> $2 AND a.usename = current_user
+                      AND n.heartbeat_at <= now() - make_interval(secs => $3::bigint / 1000.0)
+                    """,
+                    [.text(node), .text(name), .int(timeout)]
+                )
+            }
             // The heartbeat renews the node's lease and names the session that holds its locks.
             try connection.execute(
                 """
@@ -263,17 +304,18 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                 """,
                 [.text(name)]
             )
-            // A node whose lease expired (no heartbeat within the timeout: paused, partitioned, hung)
-            // loses its shards whatever its session still holds: its lock session is ended, which frees
-            // its locks for the shards' new owners and fences its appends (they check that session).
-            try connection.execute(
+            // The nodes whose lease expired while their session lives on: ended once seen so long enough.
+            let expired = try connection.execute(
                 """
-                SELECT pg_terminate_backend(a.pid) FROM \(schema).nodes n
+                SELECT n.node FROM \(schema).nodes n
                 JOIN pg_stat_activity a ON a.pid = n.session_pid AND a.backend_start = n.session_start
-                WHERE n.node <> $1 AND n.heartbeat_at <= now() - make_interval(secs => $2::bigint / 1000.0)
+                WHERE n.node <> $1 AND a.usename = current_user
+                  AND n.heartbeat_at <= now() - make_interval(secs => $2::bigint / 1000.0)
                 """,
                 [.text(name), .int(timeout)]
             )
+            var stale: [String] = []
+            for index in expired.rows.indices { stale.append(try expired.text(index, 0)) }
             // The members: a lease not expired, held by a session still alive. A node that died (its
             // session ended with it) counts no more at once, so its shards are taken at the next
             // heartbeat rather than after the timeout.
@@ -349,7 +391,14 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                     )
                 }
             }
-            return Tick(desired: desired, taken: taken, released: quietReleasing, rows: rows, wake: wake)
+            return Tick(
+                desired: desired,
+                taken: taken,
+                released: quietReleasing,
+                rows: rows,
+                wake: wake,
+                stale: stale
+            )
         }
         ledger.withLock { ledger in
             ledger.owned.formUnion(outcome.taken)
@@ -359,6 +408,9 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             ledger.releasing.formUnion(handing)
             ledger.releasing.subtract(outcome.released)
             for (entity, shard) in outcome.wake { ledger.shardOf[entity] = shard }
+            var staleSince: [String: ContinuousClock.Instant] = [:]
+            for node in outcome.stale { staleSince[node] = ledger.staleSince[node] ?? .now }
+            ledger.staleSince = staleSince
         }
         for (entity, _) in outcome.wake { group.wake(entity) }
         return outcome.rows
@@ -504,6 +556,8 @@ struct Tick: Sendable {
     var released: Set<Int>
     var rows: [InboxRow]
     var wake: [(String, Int)]
+    /// The other nodes whose lease had expired while their session lived on.
+    var stale: [String]
 }
 
 /// Why a cluster node stopped on its own.

@@ -434,7 +434,7 @@ func runDurably(
         // Records that no longer decode are a data error, as a damaged store is; anything else the
         // store did is an I/O error.
         if case .storeFailed(let failure) = error as? DurableLoopError {
-            status = failure.isUndecodable ? 65 : 74
+            status = failure.isUndecodable || failure.isCorruption ? 65 : 74
         } else {
             status = error is DurableLoopError ? 74 : 70
         }

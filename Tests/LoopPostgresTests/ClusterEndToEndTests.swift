@@ -215,6 +215,59 @@ extension ClusterEndToEndTests {
         try await pause(seed: seed, cutTheSession: false)
     }
 
+    /// A node restarted under its name while the old process lingers (paused, its session intact): the
+    /// new one ends its predecessor's session and takes the shards at once, without waiting for a
+    /// lease; the old one, resumed, stops.
+    @Test(.timeLimit(.minutes(5)))
+    func aRestartedNodeEndsItsLingeringPredecessor() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        await (try PostgresInbox(connecting: database)).close()
+        let logs = try Self.logDirectory("restart")
+        defer { try? FileManager.default.removeItem(atPath: logs) }
+        func locks() throws -> Int {
+            Int(
+                try Self.query(
+                    database,
+                    """
+                    SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                    WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted
+                      AND a.application_name = 'effectloop node a'
+                    """
+                )
+            ) ?? 0
+        }
+        func waitForEveryShard() async throws -> Bool {
+            for _ in 0..<3_000 {
+                if try locks() == 64 { return true }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            return false
+        }
+        let old = try Self.node("a", database: database, logs: logs)
+        #expect(try await waitForEveryShard(), "the first node never took the shards")
+        old.signal(SIGSTOP)
+        let restarted = try Child(
+            [
+                "cluster-node", "--postgres", database, "--name", "a", "--heartbeat-ms", "100",
+                // A lease far longer than the test: only the predecessor's end can free the shards.
+                "--timeout-ms", "600000",
+            ],
+            log: "\(logs)/a-restarted.log"
+        )
+        #expect(try await waitForEveryShard(), "the restarted node never took the shards")
+        let holders = try Self.query(
+            database,
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'effectloop node a'"
+        )
+        #expect(holders == "1")
+        old.signal(SIGCONT)
+        let oldStatus = await old.wait()
+        if let oldStatus { #expect(oldStatus != 0, "the predecessor ended well: \(old.output)") }
+        restarted.signal(SIGTERM)
+        let status = await restarted.wait()
+        #expect(restarted.endedWell(status), "the restarted node failed: \(restarted.output)")
+    }
+
     /// Pauses one of two nodes while both have appends under way (cutting its session at the server
     /// first when `cutTheSession`), waits for the other to hold every shard, resumes it, and checks
     /// that it stopped on its own, that the owner did not, and that every event committed once.

@@ -191,7 +191,7 @@ struct TimeLifecycleTests {
         #expect(report.effectsDropped == 1)
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.timeLimit(.minutes(3)))
     func anEntityWithAThrottleIntervalUnderWayIsNotQuietEnoughToPassivate() async throws {
         let group = LoopGroup<String, Timed.State, Timed.Event, Timed.Effect>(
             program: { _ in Program(first: First(state: Timed.State()), update: Update(Timed.update)) },
@@ -217,7 +217,7 @@ struct TimeLifecycleTests {
         _ = try await running.value
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.timeLimit(.minutes(3)))
     func aDelayAskedForAfterTheStopBeganIsCancelledNotWaitedFor() async throws {
         let gates = Gates()
         let loop = Loop(
@@ -245,7 +245,7 @@ struct TimeLifecycleTests {
         #expect(loop.state.done.isEmpty)
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.timeLimit(.minutes(3)))
     func aGracefulStopCancelsWhatWaitsForTimeAndDoesNotWaitForIt() async throws {
         let observed = Locked<[String]>([])
         let loop = Loop(

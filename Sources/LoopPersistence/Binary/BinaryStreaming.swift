@@ -24,7 +24,7 @@ package enum BinaryStreaming {
         } catch {
             return nil
         }
-        return stream.outOfOrder ? nil : stream.bytes
+        return stream.outOfOrder || stream.waiting != 0 ? nil : stream.bytes
     }
 
     /// The buffer being written and the containers still open in it.
@@ -89,7 +89,14 @@ package enum BinaryStreaming {
             let outer = frames.count
             let identity = nextIdentity()
             waiting = identity
-            try value.encode(to: Encoder(stream: self, identity: identity, depth: path.count))
+            do {
+                try value.encode(to: Encoder(stream: self, identity: identity, depth: path.count))
+            } catch {
+                // Its entry is written already, and maybe part of it: a caller that catches the error
+                // and goes on would keep what the tree never adds. The tree encodes the value instead.
+                outOfOrder = true
+                throw error
+            }
             if waiting == identity {
                 // Nothing was written for it: the tree keeps such a value as null.
                 bytes.append(BinaryTag.null)
@@ -294,12 +301,18 @@ package enum BinaryStreaming {
     struct UnkeyedContainer: UnkeyedEncodingContainer {
         let stream: Stream
         let identity: Int
-        private(set) var count: Int
+        /// The count this copy has seen; the open container's own count wins (another copy of it, taken
+        /// by asking the encoder again, may have added entries, which the tree's shared count shows).
+        private var written: Int
+
+        var count: Int {
+            stream.frames.last(where: { $0.identity == identity })?.count ?? written
+        }
 
         init(stream: Stream, identity: Int, count: Int) {
             self.stream = stream
             self.identity = identity
-            self.count = count
+            self.written = count
         }
 
         var codingPath: [any CodingKey] {
@@ -309,7 +322,7 @@ package enum BinaryStreaming {
 
         private mutating func put(_ node: BinaryEncoding.Node) {
             stream.write(node, key: nil, in: identity)
-            count += 1
+            written = count
         }
 
         mutating func encodeNil() { put(.null) }
@@ -330,14 +343,14 @@ package enum BinaryStreaming {
 
         mutating func encode<T: Encodable>(_ value: T) throws {
             try stream.write(value, key: IndexKey(count), keyed: false, in: identity)
-            count += 1
+            written = count
         }
 
         mutating func nestedContainer<NestedKey: CodingKey>(
             keyedBy keyType: NestedKey.Type
         ) -> KeyedEncodingContainer<NestedKey> {
             let nested = stream.nest(keyed: true, key: IndexKey(count), inKeyed: false, in: identity)
-            count += 1
+            written += 1
             return KeyedEncodingContainer(
                 KeyedContainer<NestedKey>(stream: stream, identity: nested?.0 ?? -1, depth: nested?.depth ?? 0)
             )
@@ -345,7 +358,7 @@ package enum BinaryStreaming {
 
         mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
             let nested = stream.nest(keyed: false, key: IndexKey(count), inKeyed: false, in: identity)
-            count += 1
+            written += 1
             return UnkeyedContainer(stream: stream, identity: nested?.0 ?? -1, count: 0)
         }
 

@@ -5,7 +5,8 @@ public struct DurableFailure: Error, Hashable, Sendable, CustomStringConvertible
     public enum Kind: Hashable, Sendable {
         /// The store refused or failed an operation (the version check, the disk, a lost shard).
         case store(EventStoreError)
-        /// A store that is not one of EffectLoop's failed with an error of its own: its words.
+        /// A store that is not one of EffectLoop's failed with an error of its own: its words, which
+        /// name the stream if the store's do.
         case storeError(String)
         /// A recorded event or snapshot does not decode: the stored bytes are damaged, or they were
         /// written by a program whose types have changed since.
@@ -48,6 +49,13 @@ public struct DurableFailure: Error, Hashable, Sendable, CustomStringConvertible
         if case .undecodable = kind { true } else { false }
     }
 
+    /// Whether the store found its data damaged (``EventStoreError/Kind/corrupted(location:reason:)``):
+    /// a data error too, as ``isUndecodable``.
+    public var isCorruption: Bool {
+        guard case .store(let error) = kind, case .corrupted = error.kind else { return false }
+        return true
+    }
+
     /// Whether another writer owns the stream now: the store fenced the append, or found the stream at
     /// a version the loop did not write.
     public var isFenced: Bool {
@@ -64,7 +72,7 @@ public struct DurableFailure: Error, Hashable, Sendable, CustomStringConvertible
         case .store(let error):
             whileRecovering ? "cannot recover stream '\(stream)': \(error)" : "\(error)"
         case .storeError(let reason):
-            whileRecovering ? "cannot recover stream '\(stream)': \(reason)" : "stream '\(stream)': \(reason)"
+            whileRecovering ? "cannot recover stream '\(stream)': \(reason)" : reason
         case .undecodable(let record, let version, let reason):
             "stream '\(stream)': the \(record.rawValue) at version \(version) does not decode: \(reason)"
         case .unencodable(let reason):

@@ -318,7 +318,8 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     func failure(of id: ID) -> DurableLoopError {
         let stream = streamOf(id)
         return .storeFailed(
-            failures.reasons.withLock { $0[stream] } ?? DurableFailure(.storeError("failed"), stream: stream)
+            failures.reasons.withLock { $0[stream] }
+                ?? DurableFailure(.storeError("stream '\(stream)' failed"), stream: stream)
         )
     }
 
