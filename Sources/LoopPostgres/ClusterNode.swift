@@ -35,7 +35,7 @@ internal import LoopRuntime
 ///   way to end.
 /// - **Failures stop the node** (crash-only; restart it, say with systemd): a broken connection holding
 ///   its locks, or an append fenced (the node had lost the shard) or refused because another node wrote
-///   the entity's stream (told apart by ``DurableFailure/isFenced``, not by words). ``run()`` then throws ``ClusterError``; nothing it had not
+///   the entity's stream (told apart by `DurableFailure.isFenced`, not by words). ``run()`` then throws ``ClusterError``; nothing it had not
 ///   committed is lost, since the rows stay in the inbox for the shard's next owner.
 public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
     /// How a node paces itself.
