@@ -164,7 +164,7 @@ final class DurableNode: Sendable {
     /// points and restarted; each requester asks again for what it had no answer to (and for its last
     /// answer, which must not change). In the end every key was applied exactly once, every answer is
     /// the one recorded, and every entity's state is the pure replay of what was applied to it.
-    @Test(.timeLimit(.minutes(5)))
+    @Test(.timeLimit(.minutes(10)))
     func keyedRequestsSurviveKillsExactlyOnce() async throws {
         let (requesters, perRequester, entities, kills) = (8, 250, 200, 20)
         let directory = "/tmp/effectloop-fault-\(getpid())"

@@ -363,7 +363,7 @@ import Glibc
     }
 
     /// A failed sync breaks the store: what was queued behind that write fails at once, not at close.
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.timeLimit(.minutes(3)))
     func appendsQueuedBehindAFailedSyncFailAtOnce() async throws {
         let directory = try TemporaryDirectory()
         let io = FaultyIO()

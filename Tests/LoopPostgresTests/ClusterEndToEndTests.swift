@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import LoopPersistence
 import LoopPostgres
@@ -85,8 +86,19 @@ struct ClusterEndToEndTests {
     /// builds are an order of magnitude slower.
     static let (entities, eventsPerProducer) = sanitized ? (500, 2_000) : (10_000, 50_000)
 
-    static func query(_ database: String, _ sql: String) throws -> String {
-        try TemporaryPostgres.psql(database, sql: sql).trimmingCharacters(in: .whitespacesAndNewlines)
+    /// Runs `sql` with `psql` on a thread outside Swift's cooperative pool: these tests poll the
+    /// database in tight loops, and a pool thread blocked in `psql` (one of two on this machine) starves
+    /// every other test of the process, which then exceed their time limits.
+    static func query(_ database: String, _ sql: String) async throws -> String {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<String, any Error>) in
+            DispatchQueue.global().async {
+                continuation.resume(
+                    with: Result {
+                        try TemporaryPostgres.psql(database, sql: sql).trimmingCharacters(in: .whitespacesAndNewlines)
+                    }
+                )
+            }
+        }
     }
 
     /// A new directory for the logs of one test case's processes; the caller removes it.
@@ -94,6 +106,20 @@ struct ClusterEndToEndTests {
         let logs = FileManager.default.temporaryDirectory.appendingPathComponent("effectloop-\(name)-\(getpid())").path
         try FileManager.default.createDirectory(atPath: logs, withIntermediateDirectories: true)
         return logs
+    }
+
+    /// How many shard locks the lock session of node `name` holds.
+    static func shardLocks(of name: String, in database: String) async throws -> Int {
+        Int(
+            try await query(
+                database,
+                """
+                SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted
+                  AND a.application_name = 'effectloop node \(name)'
+                """
+            )
+        ) ?? 0
     }
 
     /// A cluster node process on `database` (heartbeat 100 ms, membership timeout 1.5 s), logging to
@@ -134,7 +160,7 @@ struct ClusterEndToEndTests {
         let victim = Int(generator.next() % 3)
         var killed = false
         for _ in 0..<6_000 {
-            let committed = Int(try Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0
+            let committed = Int(try await Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0
             if committed >= killAt {
                 killed = true
                 break
@@ -150,7 +176,7 @@ struct ClusterEndToEndTests {
             #expect(producer.endedWell(status), "a producer failed: \(producer.output)")
         }
         for _ in 0..<6_000 {
-            let committed = Int(try Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0
+            let committed = Int(try await Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0
             if committed >= total { break }
             try await Task.sleep(for: .milliseconds(20))
         }
@@ -160,11 +186,11 @@ struct ClusterEndToEndTests {
             #expect(child.endedWell(status), "a node did not stop cleanly: \(child.output)")
         }
         // Processed equals accepted: every inbox row became exactly one event.
-        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
-        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.events") == "\(total)")
-        #expect(try Self.query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(total)")
+        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
+        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.events") == "\(total)")
+        #expect(try await Self.query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(total)")
         // No gap and no duplicate version in any stream.
-        let broken = try Self.query(
+        let broken = try await Self.query(
             database,
             "SELECT count(*) FROM (SELECT stream FROM effectloop.events GROUP BY stream HAVING max(version) <> count(*) OR min(version) <> 1) s"
         )
@@ -178,7 +204,7 @@ struct ClusterEndToEndTests {
                 expected[entity] += amount
             }
         }
-        let sums = try Self.query(
+        let sums = try await Self.query(
             database,
             """
             SELECT string_agg(stream || '=' || total, ',') FROM (
@@ -224,21 +250,10 @@ extension ClusterEndToEndTests {
         await (try PostgresInbox(connecting: database)).close()
         let logs = try Self.logDirectory("restart")
         defer { try? FileManager.default.removeItem(atPath: logs) }
-        func locks() throws -> Int {
-            Int(
-                try Self.query(
-                    database,
-                    """
-                    SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                    WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted
-                      AND a.application_name = 'effectloop node a'
-                    """
-                )
-            ) ?? 0
-        }
+        func locks() async throws -> Int { try await Self.shardLocks(of: "a", in: database) }
         func waitForEveryShard() async throws -> Bool {
             for _ in 0..<3_000 {
-                if try locks() == 64 { return true }
+                if try await locks() == 64 { return true }
                 try await Task.sleep(for: .milliseconds(10))
             }
             return false
@@ -255,7 +270,7 @@ extension ClusterEndToEndTests {
             log: "\(logs)/a-restarted.log"
         )
         #expect(try await waitForEveryShard(), "the restarted node never took the shards")
-        let holders = try Self.query(
+        let holders = try await Self.query(
             database,
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'effectloop node a'"
         )
@@ -288,23 +303,17 @@ extension ClusterEndToEndTests {
         )
         var generator = SplitMix(seed: UInt64(seed))
         let pauseAt = events / 10 + Int(generator.next() % UInt64(events / 3))
-        func committed() throws -> Int { Int(try Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0 }
-        func locks(of name: String) throws -> Int {
-            Int(
-                try Self.query(
-                    database,
-                    """
-                    SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                    WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted
-                      AND a.application_name = 'effectloop node \(name)'
-                    """
-                )
-            ) ?? 0
+        func committed() async throws -> Int {
+            Int(try await Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0
         }
+        func locks(of name: String) async throws -> Int { try await Self.shardLocks(of: name, in: database) }
         var reached = false
         for _ in 0..<6_000 {
             // Both nodes hold shards, so the stale one has appends of its own under way.
-            if try committed() >= pauseAt && locks(of: "stale") > 0 && locks(of: "owner") > 0 {
+            let (count, stale, owner) = (
+                try await committed(), try await locks(of: "stale"), try await locks(of: "owner")
+            )
+            if count >= pauseAt && stale > 0 && owner > 0 {
                 reached = true
                 break
             }
@@ -314,14 +323,14 @@ extension ClusterEndToEndTests {
         stale.signal(SIGSTOP)
         let paused = ContinuousClock.now
         if cutTheSession {
-            _ = try Self.query(
+            _ = try await Self.query(
                 database,
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'effectloop node stale'"
             )
         }
         var taken = false
         for _ in 0..<3_000 {
-            if try locks(of: "owner") == 64 {
+            if try await locks(of: "owner") == 64 {
                 taken = true
                 break
             }
@@ -332,7 +341,7 @@ extension ClusterEndToEndTests {
         print(
             "pause \(cutTheSession ? "with the session cut" : "alone"), seed \(seed): shards taken after \(ContinuousClock.now - paused)"
         )
-        #expect(try locks(of: "stale") == 0)
+        #expect(try await locks(of: "stale") == 0)
         // The stale node wakes up as the owner starts on the shards: its appends in flight would commit
         // between the owner's reading of a stream and its first append to it.
         stale.signal(SIGCONT)
@@ -342,16 +351,16 @@ extension ClusterEndToEndTests {
         let produced = await producer.wait()
         #expect(producer.endedWell(produced), "the producer failed: \(producer.output)")
         for _ in 0..<6_000 {
-            if try committed() >= events { break }
+            if try await committed() >= events { break }
             try await Task.sleep(for: .milliseconds(20))
         }
         owner.signal(SIGTERM)
         let ownerStatus = await owner.wait()
         #expect(owner.endedWell(ownerStatus), "the rightful owner stopped: \(owner.output)")
-        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
-        #expect(try committed() == events)
-        #expect(try Self.query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(events)")
-        let broken = try Self.query(
+        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
+        #expect(try await committed() == events)
+        #expect(try await Self.query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(events)")
+        let broken = try await Self.query(
             database,
             "SELECT count(*) FROM (SELECT stream FROM effectloop.events GROUP BY stream HAVING max(version) <> count(*) OR min(version) <> 1) s"
         )
