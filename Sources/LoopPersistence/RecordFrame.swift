@@ -84,4 +84,14 @@ public enum CRC32 {
         for byte in bytes { crc = table[Int((crc ^ UInt32(byte)) & 0xFF)] ^ (crc >> 8) }
         return crc ^ 0xFFFF_FFFF
     }
+
+    /// The checksum of `previous`'s bytes followed by `bytes`, where `previous` is the checksum of the
+    /// bytes before (0 for none): a large file is checked in pieces, without a copy of it whole.
+    static func checksum(_ bytes: UnsafeRawBufferPointer, continuing previous: UInt32) -> UInt32 {
+        var crc = previous ^ 0xFFFF_FFFF
+        table.withUnsafeBufferPointer { table in
+            for byte in bytes { crc = table[Int((crc ^ UInt32(byte)) & 0xFF)] ^ (crc >> 8) }
+        }
+        return crc ^ 0xFFFF_FFFF
+    }
 }

@@ -345,8 +345,12 @@ func openStore(_ directory: String, readOnly: Bool = false, acceptLoss: Bool) ->
     do {
         let store = try FileEventStore(
             directory: directory,
-            options: FileEventStore.Options(readOnly: readOnly, acceptLoss: acceptLoss)
+            // `replay` is the checking tool: it reads every record of the log, not the index checkpoint.
+            options: FileEventStore.Options(readOnly: readOnly, acceptLoss: acceptLoss, indexCheckpoint: !readOnly)
         )
+        if case .refused(let reason) = store.recovery.checkpoint {
+            printError("loop-demo: read the whole log: its index checkpoint does not fit it (\(reason))")
+        }
         if let lost = store.recovery.lost { printError("loop-demo: opened the store accepting a loss: \(lost)") }
         if let tail = store.recovery.truncated {
             if readOnly {

@@ -45,13 +45,39 @@ public final class FileEventStore: AppendingWithCompletion {
         /// since the store last wrote its manifest); what is gone is in ``Recovery/lost``. Without it,
         /// such a store does not open.
         public var acceptLoss: Bool
+        /// Open from the index checkpoint (`store.index`) when it fits the log: read it and only the log
+        /// written after it, not every log file. `false` reads the whole log, checking every record's
+        /// checksum as it goes (what `loop-demo replay --store` does); a checkpoint that does not fit is
+        /// never used either way. See ``Recovery/checkpoint``.
+        public var indexCheckpoint: Bool
 
-        /// Options with the defaults: 64 MiB log files, read and write, no loss accepted.
-        public init(segmentBytes: Int = 64 * 1_024 * 1_024, readOnly: Bool = false, acceptLoss: Bool = false) {
+        /// Options with the defaults: 64 MiB log files, read and write, no loss accepted, opening from the
+        /// index checkpoint.
+        public init(
+            segmentBytes: Int = 64 * 1_024 * 1_024,
+            readOnly: Bool = false,
+            acceptLoss: Bool = false,
+            indexCheckpoint: Bool = true
+        ) {
             self.segmentBytes = segmentBytes
             self.readOnly = readOnly
             self.acceptLoss = acceptLoss
+            self.indexCheckpoint = indexCheckpoint
         }
+    }
+
+    /// What an open made of the index checkpoint: a saved copy of the index as of a point in the log,
+    /// written when the store closes and, in the background, when it starts a new log file.
+    public enum CheckpointUse: Hashable, Sendable {
+        /// There was none (a new store, one that never closed or filled a log file), or
+        /// ``Options/indexCheckpoint`` was off: the whole log was read.
+        case none
+        /// The index came from the checkpoint: `events` of the store's events were in it, and the
+        /// `skippedBytes` of log it covers were not read.
+        case used(events: UInt64, skippedBytes: Int)
+        /// There was one, but it did not fit the log (damaged, or the log changed under it: a file
+        /// deleted, cut or replaced): the whole log was read instead. A store opened to write removes it.
+        case refused(reason: String)
     }
 
     /// What opening the store found.
@@ -68,14 +94,24 @@ public final class FileEventStore: AppendingWithCompletion {
         public var truncated: TruncatedTail?
         /// Acknowledged events found gone, when the store was opened with ``Options/acceptLoss``.
         public var lost: Loss?
+        /// Whether the index came from the checkpoint, and if one was refused, why.
+        public var checkpoint: CheckpointUse
 
         /// Creates a description of an opening.
-        public init(segments: Int, streams: Int, events: UInt64, truncated: TruncatedTail?, lost: Loss? = nil) {
+        public init(
+            segments: Int,
+            streams: Int,
+            events: UInt64,
+            truncated: TruncatedTail?,
+            lost: Loss? = nil,
+            checkpoint: CheckpointUse = .none
+        ) {
             self.segments = segments
             self.streams = streams
             self.events = events
             self.truncated = truncated
             self.lost = lost
+            self.checkpoint = checkpoint
         }
     }
 
@@ -149,6 +185,8 @@ public final class FileEventStore: AppendingWithCompletion {
     private let options: Options
     private let io: any StoreIO
     private let writer = DispatchQueue(label: "FileEventStore.writer")
+    /// Writes index checkpoints, one at a time, beside the writer.
+    private let checkpointer = DispatchQueue(label: "FileEventStore.checkpointer", qos: .utility)
     private let shared: Locked<Shared>
     private let lockDescriptor: Int32
     /// The directory itself, locked too: a lock file can be deleted (and a new one made and locked by
@@ -202,6 +240,8 @@ public final class FileEventStore: AppendingWithCompletion {
         }
         // What is there now is what the store stands by: a later open finds less only by loss.
         writeManifest(clean: false)
+        // A checkpoint that does not fit the log is of no use to any later open.
+        if case .refused = recovery.checkpoint { IndexCheckpoint.remove(in: directory) }
     }
 
     deinit {
@@ -229,7 +269,9 @@ public final class FileEventStore: AppendingWithCompletion {
                 if !self.options.readOnly {
                     // A closed store's last log file ends at its last commit, as a sealed one does.
                     let (last, size) = self.shared.withLock { ($0.segments.last, $0.size) }
-                    if let last, self.shared.withLock({ $0.broken == nil }) { _ = self.io.truncate(last, to: size) }
+                    if let last, self.shared.withLock({ $0.broken == nil }), self.io.truncate(last, to: size) == 0 {
+                        self.checkpoint(last: last, size: size)
+                    }
                     self.writeManifest(clean: true)
                     _ = flock(self.lockDescriptor, LOCK_UN)
                     _ = flock(self.directoryDescriptor, LOCK_UN)
@@ -425,6 +467,12 @@ public final class FileEventStore: AppendingWithCompletion {
         var manifestSequence: UInt64 = 0
         /// The committed bytes of the log files before the last.
         var sealed = 0
+        /// The log files before the last, as an index checkpoint describes them.
+        var sealedFiles: [IndexCheckpoint.Covered]
+        /// The bytes of log the newest index checkpoint covers.
+        var checkpointed: Int
+        /// The size of the newest index checkpoint, or 0 if none was written by this store.
+        var checkpointSize = 0
         var queued: [Queued] = []
         var flushing = false
         var closed = false
@@ -441,6 +489,8 @@ public final class FileEventStore: AppendingWithCompletion {
             events = opened.recovery.events
             manifestSequence = opened.manifestSequence
             sealed = opened.sizes.dropLast().reduce(0, +)
+            sealedFiles = opened.sealedFiles
+            checkpointed = opened.checkpointed
         }
     }
 
@@ -696,6 +746,51 @@ public final class FileEventStore: AppendingWithCompletion {
         )
     }
 
+    /// Writes an index checkpoint of the whole log, whose last file, open as `last`, is committed up to
+    /// `size`, unless the newest one covers all of it already; on the writer queue, when closing. A
+    /// checkpoint that cannot be written leaves the older one, which is still valid.
+    private func checkpoint(last: Int32, size: Int) {
+        let state = shared.withLock { shared in
+            shared.checkpointed < shared.sealed + size && shared.sealedFiles.count == shared.segments.count - 1
+                ? (shared.streams, shared.events, shared.sealedFiles) : nil
+        }
+        guard let (streams, events, sealed) = state else { return }
+        let path = Self.path(of: sealed.count, in: directory)
+        guard let fingerprint = try? IndexCheckpoint.fingerprint(last, committed: size, path: path) else { return }
+        let covered = sealed + [IndexCheckpoint.Covered(committed: size, fingerprint: fingerprint)]
+        let directory = directory
+        checkpointer.sync {
+            _ = try? IndexCheckpoint.write(streams: streams, events: events, segments: covered, in: directory)
+        }
+    }
+
+    /// After a log file is sealed, writes an index checkpoint of the sealed files in the background, when
+    /// the log written since the last one is at least four times the checkpoint's size (so checkpoints
+    /// cost at most a quarter more writing, and a store of many small streams does not write its whole
+    /// index every log file). The writer goes on meanwhile; the index it changes is copied shard by
+    /// shard as it does.
+    private func checkpointSealed() {
+        let due = shared.withLock { shared -> (StreamTable, UInt64, [IndexCheckpoint.Covered], Int)? in
+            let estimate = shared.checkpointSize > 0 ? shared.checkpointSize : 64 + 48 * shared.streams.count
+            guard shared.sealedFiles.count == shared.segments.count - 1, shared.size == 0,
+                shared.sealed - shared.checkpointed >= 4 * estimate
+            else { return nil }
+            defer { shared.checkpointed = shared.sealed }
+            return (shared.streams, shared.events, shared.sealedFiles, shared.checkpointed)
+        }
+        guard let (streams, events, covered, before) = due else { return }
+        let (directory, shared) = (directory, shared)
+        checkpointer.async {
+            do {
+                let size = try IndexCheckpoint.write(streams: streams, events: events, segments: covered, in: directory)
+                shared.withLock { $0.checkpointSize = size }
+            } catch {
+                // The older checkpoint stands; the next log file tries again.
+                shared.withLock { $0.checkpointed = min($0.checkpointed, before) }
+            }
+        }
+    }
+
     /// Starts the next log file. If that fails, the store goes on writing the current one.
     private func roll(after segment: Int) {
         // A sealed log file ends at its last commit: the zeros written ahead go first.
@@ -713,6 +808,11 @@ public final class FileEventStore: AppendingWithCompletion {
             }
         }
         guard synced == 0 else { return }
+        // The sealed file as index checkpoints describe it; if its end cannot be read, this store writes
+        // no more checkpoints (they would not cover it).
+        let sealedFile =
+            (try? IndexCheckpoint.fingerprint(old, committed: size, path: Self.path(of: segment, in: directory)))
+            .map { IndexCheckpoint.Covered(committed: size, fingerprint: $0) }
         let path = Self.path(of: segment + 1, in: directory)
         guard let descriptor = try? Files.openFile(path, create: true) else { return }
         guard (try? Files.syncDirectory(directory)) != nil else {
@@ -729,7 +829,9 @@ public final class FileEventStore: AppendingWithCompletion {
             shared.sealed += shared.size
             shared.size = 0
             shared.allocated = 0
+            if let sealedFile, shared.sealedFiles.count == segment { shared.sealedFiles.append(sealedFile) }
         }
+        checkpointSealed()
     }
 
     // MARK: Reading
@@ -825,6 +927,10 @@ public final class FileEventStore: AppendingWithCompletion {
         var manifestSequence: UInt64 = 0
         /// The committed bytes of each log file.
         var sizes: [Int] = []
+        /// Every log file but the last, as an index checkpoint describes them.
+        var sealedFiles: [IndexCheckpoint.Covered] = []
+        /// The bytes of log the index checkpoint used covered (0 for none).
+        var checkpointed = 0
     }
 
     /// ``recover(directory:io:options:)`` for a read-only open, which may read a store another process
@@ -872,28 +978,48 @@ public final class FileEventStore: AppendingWithCompletion {
                     .corrupted(location: directory, reason: "\(path(of: expected, in: directory)) is missing")
                 )
             }
-            var tail: (descriptor: Int32, path: String, good: Int, size: Int, ahead: Bool)?
+            var sizes: [Int] = []
             for segment in numbers {
                 let path = path(of: segment, in: directory)
                 let descriptor = try Files.openFile(path, create: false, readOnly: options.readOnly)
                 opened.segments.append(descriptor)
-                let bytes = try Files.readBytes(
-                    descriptor,
-                    count: try Files.fileSize(descriptor, path: path),
-                    at: 0,
-                    path: path
-                )
+                sizes.append(try Files.fileSize(descriptor, path: path))
+            }
+            let checkpoint =
+                options.indexCheckpoint ? usableCheckpoint(in: directory, sizes: sizes, opened: &opened) : nil
+            if let checkpoint {
+                opened.streams = checkpoint.streams
+                opened.recovery.events = checkpoint.events
+                opened.checkpointed = checkpoint.segments.reduce(0) { $0 + $1.committed }
+                opened.recovery.checkpoint = .used(events: checkpoint.events, skippedBytes: opened.checkpointed)
+            }
+            var tail: (descriptor: Int32, path: String, good: Int, size: Int, ahead: Bool)?
+            for (segment, descriptor) in opened.segments.enumerated() {
+                let path = path(of: segment, in: directory)
+                // The part of the file the checkpoint covers is in the index already.
+                let start = checkpoint.map { segment < $0.segments.count ? $0.segments[segment].committed : 0 } ?? 0
+                let bytes = try Files.readBytes(descriptor, count: sizes[segment] - start, at: start, path: path)
                 let good = try scan(
                     bytes,
+                    from: start,
                     segment: segment,
                     path: path,
                     last: segment == numbers.count - 1,
                     into: &opened
                 )
                 // Zeros after the last commit were written ahead, not written as records.
-                tail = (descriptor, path, good, bytes.count, bytes[good...].allSatisfy { $0 == 0 })
+                tail = (descriptor, path, good, start + bytes.count, bytes[(good - start)...].allSatisfy { $0 == 0 })
                 opened.size = good
                 opened.sizes.append(good)
+                guard segment < numbers.count - 1 else { continue }
+                // A sealed file as a later checkpoint will describe it: the checkpoint's word, where it
+                // covered the whole file.
+                if let checkpoint, segment < checkpoint.segments.count - 1 {
+                    opened.sealedFiles.append(checkpoint.segments[segment])
+                } else {
+                    let fingerprint = try IndexCheckpoint.fingerprint(descriptor, committed: good, path: path)
+                    opened.sealedFiles.append(IndexCheckpoint.Covered(committed: good, fingerprint: fingerprint))
+                }
             }
             if let manifest, let loss = loss(against: manifest, segments: numbers.count, opened: opened, in: directory)
             {
@@ -928,6 +1054,54 @@ public final class FileEventStore: AppendingWithCompletion {
         opened.recovery.segments = opened.segments.count
         opened.recovery.streams = opened.streams.count
         return opened
+    }
+
+    /// The index checkpoint in `directory` if it fits the log files open in `opened` (of lengths
+    /// `sizes`); otherwise `nil`, with the reason it was refused in `opened.recovery.checkpoint`.
+    private static func usableCheckpoint(
+        in directory: String,
+        sizes: [Int],
+        opened: inout Opened
+    ) -> IndexCheckpoint? {
+        let checkpoint: IndexCheckpoint
+        switch IndexCheckpoint.read(in: directory) {
+        case .success(nil):
+            return nil
+        case .success(let found?):
+            checkpoint = found
+        case .failure(let problem):
+            opened.recovery.checkpoint = .refused(reason: problem.reason)
+            return nil
+        }
+        func refuse(_ reason: String) -> IndexCheckpoint? {
+            opened.recovery.checkpoint = .refused(reason: reason)
+            return nil
+        }
+        guard checkpoint.segments.count <= sizes.count else {
+            return refuse("it covers \(checkpoint.segments.count) log files, and there are \(sizes.count)")
+        }
+        for (segment, covered) in checkpoint.segments.enumerated() {
+            let path = path(of: segment, in: directory)
+            // A covered file the store sealed since has grown to its end: only the last covered one.
+            let grown = segment == checkpoint.segments.count - 1
+            guard grown ? sizes[segment] >= covered.committed : sizes[segment] == covered.committed else {
+                return refuse("\(path) is \(sizes[segment]) bytes long, not the \(covered.committed) it covers")
+            }
+            let fingerprint: UInt32
+            do {
+                fingerprint = try IndexCheckpoint.fingerprint(
+                    opened.segments[segment],
+                    committed: covered.committed,
+                    path: path
+                )
+            } catch {
+                return refuse("\(error)")
+            }
+            guard fingerprint == covered.fingerprint else {
+                return refuse("\(path) does not hold the bytes it covers")
+            }
+        }
+        return checkpoint
     }
 
     /// What the log lacks of what `manifest` recorded as committed, or `nil` if it holds all of it.
@@ -969,37 +1143,45 @@ public final class FileEventStore: AppendingWithCompletion {
     /// Indexes the records of one log file; returns the length of its good part: up to the end of its
     /// last group commit. Records after that commit were never acknowledged (their write was cut short),
     /// and are cut. Damage with a commit after it is corruption: something acknowledged would be lost.
+    ///
+    /// `bytes` are the file's from offset `base` on: what comes before is in the index already (an index
+    /// checkpoint covers it) and ends with a commit.
     private static func scan(
         _ bytes: [UInt8],
+        from base: Int,
         segment: Int,
         path: String,
         last: Bool,
         into opened: inout Opened
     ) throws(EventStoreError) -> Int {
+        // Offsets into `bytes`; `base` more in the file.
         var offset = 0
         var committed = 0
         var pending: [(record: LogRecord, offset: Int)] = []
         func damaged(_ reason: String, at position: Int) -> EventStoreError {
-            EventStoreError(.corrupted(location: "\(path) at offset \(position)", reason: reason))
+            EventStoreError(.corrupted(location: "\(path) at offset \(base + position)", reason: reason))
         }
         /// The end of the good part, when what follows the last commit is an unfinished write.
         func unfinished(_ reason: String) throws(EventStoreError) -> Int {
             guard last else { throw damaged("\(reason), in a log file that is not the last", at: committed) }
-            return committed
+            return base + committed
+        }
+        func commitFollows(_ offset: Int) -> Bool {
+            Self.commitFollows(offset, in: bytes, committed: committed, base: base, last: last)
         }
         while true {
             switch RecordFrame.read(bytes, at: offset) {
             case .end:
-                return pending.isEmpty ? offset : try unfinished("records with no commit after them")
+                return pending.isEmpty ? base + offset : try unfinished("records with no commit after them")
             case .tornTail:
                 // A record running past the end is an unfinished write only if nothing committed follows:
                 // a damaged length must not hide the acknowledged records after it.
-                if commitFollows(offset, in: bytes, committed: committed, last: last) {
+                if commitFollows(offset) {
                     throw damaged("a record longer than what follows it, with committed records after it", at: offset)
                 }
                 return try unfinished("an incomplete record")
             case .corrupted(_, let reason):
-                if commitFollows(offset, in: bytes, committed: committed, last: last) {
+                if commitFollows(offset) {
                     throw damaged(reason, at: offset)
                 }
                 return try unfinished(reason)
@@ -1008,17 +1190,20 @@ public final class FileEventStore: AppendingWithCompletion {
                 do {
                     record = try LogRecord.decode(payload)
                 } catch {
-                    if commitFollows(offset, in: bytes, committed: committed, last: last) {
+                    if commitFollows(offset) {
                         throw damaged(error.reason, at: offset)
                     }
                     return try unfinished(error.reason)
                 }
                 if case .commit(let start) = record {
-                    guard start == UInt64(committed) else {
-                        throw damaged("a commit of a batch from offset \(start), after \(committed)", at: offset)
+                    guard start == UInt64(base + committed) else {
+                        throw damaged(
+                            "a commit of a batch from offset \(start), after \(base + committed)",
+                            at: offset
+                        )
                     }
                     for (record, position) in pending {
-                        try apply(record, at: Location(segment: segment, offset: position), into: &opened) {
+                        try apply(record, at: Location(segment: segment, offset: base + position), into: &opened) {
                             damaged($0, at: position)
                         }
                     }
@@ -1040,14 +1225,23 @@ public final class FileEventStore: AppendingWithCompletion {
     /// zero-filled ahead, so its pages can reach the disk in any order, the commit's before an earlier
     /// one, and nothing of that batch was acknowledged before all of them had. (Were the batch
     /// acknowledged and damaged since, the manifest of a clean close still names the loss.)
-    private static func commitFollows(_ offset: Int, in bytes: [UInt8], committed: Int, last: Bool) -> Bool {
+    ///
+    /// `bytes` start at offset `base` of the file; `offset` and `committed` are offsets into them.
+    private static func commitFollows(
+        _ offset: Int,
+        in bytes: [UInt8],
+        committed: Int,
+        base: Int,
+        last: Bool
+    ) -> Bool {
         var position = offset + 1
         while position + RecordFrame.headerSize < bytes.count {
             if bytes[position + RecordFrame.headerSize] == LogRecord.commitKind,
                 case .record(let payload, let next) = RecordFrame.read(bytes, at: position),
                 case .commit(let start)? = try? LogRecord.decode(payload)
             {
-                let finalBatch = last && start == UInt64(committed) && bytes[next...].allSatisfy { $0 == 0 }
+                let finalBatch =
+                    last && start == UInt64(base + committed) && bytes[next...].allSatisfy { $0 == 0 }
                 return !finalBatch
             }
             position += 1

@@ -5,9 +5,9 @@
 /// Each events record points back to the stream's previous one, so reading walks that chain from the
 /// first checkpoint after the page; memory per stream is a few words plus 16 bytes per
 /// ``StreamIndex/checkpointInterval`` events, not a position per event.
-struct StreamEntry {
+struct StreamEntry: Sendable {
     /// The first version of an events record, and where it is.
-    struct Checkpoint {
+    struct Checkpoint: Sendable {
         var first: UInt64
         var location: Location
     }
@@ -54,8 +54,8 @@ enum StreamIndex {
 ///
 /// Measured on `loop-bench`'s w9 (a million streams of one event each): the compact table is what
 /// keeps the peak resident growth near the live loops' (see `Docs/Persistence.md`).
-struct StreamTable {
-    struct Core {
+struct StreamTable: Sendable {
+    struct Core: Sendable {
         var version: UInt64
         var tail: Location
     }
@@ -96,12 +96,29 @@ struct StreamTable {
             if !entry.checkpoints.isEmpty { checkpoints[stream] = entry.checkpoints }
         }
     }
+
+    /// Calls `body` with every stream and its entry, in no particular order.
+    func forEach<Failure: Error>(_ body: (String, StreamEntry) throws(Failure) -> Void) throws(Failure) {
+        for shard in shards {
+            try shard.forEach { (stream: String, core: Core) throws(Failure) in
+                var entry = StreamEntry()
+                entry.version = core.version
+                entry.tail = core.tail
+                if let snapshot = snapshots[stream] {
+                    entry.snapshot = snapshot.location
+                    entry.snapshotVersion = snapshot.version
+                }
+                entry.checkpoints = checkpoints[stream] ?? []
+                try body(stream, entry)
+            }
+        }
+    }
 }
 
 /// A hash table of strings with linear probing, filled to at most 7/8 and grown by half: 32 bytes a
 /// slot, about 40 per 16-byte value, where a `Dictionary` (filled to at most 3/4, grown by doubling)
 /// averages near 60.
-struct OpenTable<Value> {
+struct OpenTable<Value: Sendable>: Sendable {
     private var keys: [String?] = []
     /// The values, by the slot of their key; `empty` where there is no key (not an optional, which
     /// would add a byte and, with alignment, 8 bytes to each slot).
@@ -138,6 +155,14 @@ struct OpenTable<Value> {
         keys[index] = key
         used += 1
         return true
+    }
+
+    /// Calls `body` with every key and its value, in slot order.
+    func forEach<Failure: Error>(_ body: (String, Value) throws(Failure) -> Void) throws(Failure) {
+        for (key, value) in zip(keys, values) {
+            guard let key else { continue }
+            try body(key, value)
+        }
     }
 
     private mutating func grow() {
