@@ -88,7 +88,7 @@ struct IndexCheckpoint {
                 output.put(UInt64(segment.committed))
                 output.put(segment.fingerprint)
             }
-            try streams.forEach { (stream: String, entry: StreamEntry) throws(EventStoreError) in
+            try streams.forEveryStream { (stream: String, entry: StreamEntry) throws(EventStoreError) in
                 let name = Array(stream.utf8)
                 output.put(UInt32(name.count))
                 output.bytes += name

@@ -98,9 +98,9 @@ struct StreamTable: Sendable {
     }
 
     /// Calls `body` with every stream and its entry, in no particular order.
-    func forEach<Failure: Error>(_ body: (String, StreamEntry) throws(Failure) -> Void) throws(Failure) {
+    func forEveryStream<Failure: Error>(_ body: (String, StreamEntry) throws(Failure) -> Void) throws(Failure) {
         for shard in shards {
-            try shard.forEach { (stream: String, core: Core) throws(Failure) in
+            try shard.forEveryKey { (stream: String, core: Core) throws(Failure) in
                 var entry = StreamEntry()
                 entry.version = core.version
                 entry.tail = core.tail
@@ -158,7 +158,7 @@ struct OpenTable<Value: Sendable>: Sendable {
     }
 
     /// Calls `body` with every key and its value, in slot order.
-    func forEach<Failure: Error>(_ body: (String, Value) throws(Failure) -> Void) throws(Failure) {
+    func forEveryKey<Failure: Error>(_ body: (String, Value) throws(Failure) -> Void) throws(Failure) {
         for (key, value) in zip(keys, values) {
             guard let key else { continue }
             try body(key, value)
