@@ -80,6 +80,10 @@ public enum CRC32 {
 
     /// The checksum of `bytes`.
     public static func checksum(_ bytes: some Sequence<UInt8>) -> UInt32 {
+        // Contiguous bytes (an array, a slice of one) are read in place, without a generic iterator.
+        if let fast = bytes.withContiguousStorageIfAvailable({ checksum(UnsafeRawBufferPointer($0), continuing: 0) }) {
+            return fast
+        }
         var crc: UInt32 = 0xFFFF_FFFF
         for byte in bytes { crc = table[Int((crc ^ UInt32(byte)) & 0xFF)] ^ (crc >> 8) }
         return crc ^ 0xFFFF_FFFF

@@ -36,6 +36,8 @@ struct Sizes {
     var w12Requests: Int
     var w13Requests: Int
     var w15Requests: Int
+    var w16Events: Int
+    var w16Streams: Int
 
     static let full = Sizes(
         runs: 5,
@@ -55,7 +57,9 @@ struct Sizes {
         w12Callers: 1_000,
         w12Requests: 100,
         w13Requests: 3_000,
-        w15Requests: 500
+        w15Requests: 500,
+        w16Events: 10_000_000,
+        w16Streams: 100_000
     )
     static let quick = Sizes(
         runs: 3,
@@ -75,7 +79,9 @@ struct Sizes {
         w12Callers: 100,
         w12Requests: 20,
         w13Requests: 100,
-        w15Requests: 50
+        w15Requests: 50,
+        w16Events: 200_000,
+        w16Streams: 2_000
     )
 }
 

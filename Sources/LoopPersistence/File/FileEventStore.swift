@@ -31,6 +31,10 @@ internal import Darwin
 ///   good record and the append fails; nothing acknowledged is lost. After a failed `fdatasync` the
 ///   store refuses further writes (the kernel may have dropped the data) until it is opened again.
 ///
+/// - **Index checkpoint**: the index is saved when the store closes and when it seals a log file, and an
+///   open reads it and only the log written after it; one that does not fit the log (damaged, or the
+///   log changed under it) is refused and the whole log read (``Recovery/checkpoint``).
+///
 /// Memory holds an index of a few words per stream (see `Docs/Persistence.md`), not the history.
 public final class FileEventStore: AppendingWithCompletion {
     /// How the store lays out its files.

@@ -281,8 +281,9 @@ struct IndexCheckpoint {
             guard entry.tail == .none ? entry.version == 0 : entry.version > 0 && inside(entry.tail) else {
                 throw CheckpointProblem("the last record of '\(name)' is not in the log it covers")
             }
-            guard streams[name] == nil else { throw CheckpointProblem("stream '\(name)' is listed twice") }
+            let before = streams.count
             streams[name] = entry
+            guard streams.count > before else { throw CheckpointProblem("stream '\(name)' is listed twice") }
             let (sum, overflow) = total.addingReportingOverflow(entry.version)
             guard !overflow else { throw CheckpointProblem("its versions overflow") }
             total = sum
@@ -310,12 +311,15 @@ struct IndexCheckpoint {
 
         mutating func byte() throws(CheckpointProblem) -> UInt8 { try take(1).first ?? 0 }
 
-        mutating func word32() throws(CheckpointProblem) -> UInt32 {
-            try take(4).reversed().reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
-        }
+        mutating func word32() throws(CheckpointProblem) -> UInt32 { UInt32(littleEndian: try load(UInt32.self)) }
 
-        mutating func word64() throws(CheckpointProblem) -> UInt64 {
-            try take(8).reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        mutating func word64() throws(CheckpointProblem) -> UInt64 { UInt64(littleEndian: try load(UInt64.self)) }
+
+        private mutating func load<Word: FixedWidthInteger>(_: Word.Type) throws(CheckpointProblem) -> Word {
+            let size = MemoryLayout<Word>.size
+            guard size <= end - at else { throw CheckpointProblem("it ends early") }
+            defer { at += size }
+            return bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: at, as: Word.self) }
         }
     }
 }
