@@ -53,46 +53,45 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         public var batch: Int
         /// Save an entity's snapshot after this many of its events (`nil`: never).
         public var snapshotEvery: UInt64?
+        /// How long a node that lost the database keeps trying to reach it again before ``run()`` gives
+        /// up and throws: a restart of the database, or a network failure shorter than this, is ridden
+        /// out.
+        public var outageLimit: Duration
 
         /// The defaults: schema `effectloop`, heartbeat 250 ms, timeout 3 s, 2,000 rows, snapshot every
-        /// 1,000 events.
+        /// 1,000 events, an outage limit of 60 s.
         public init(
             schema: String = "effectloop",
             heartbeat: Duration = .milliseconds(250),
             membershipTimeout: Duration = .seconds(3),
             batch: Int = 2_000,
-            snapshotEvery: UInt64? = 1_000
+            snapshotEvery: UInt64? = 1_000,
+            outageLimit: Duration = .seconds(60)
         ) {
             self.schema = schema
             self.heartbeat = heartbeat
             self.membershipTimeout = membershipTimeout
             self.batch = batch
             self.snapshotEvery = snapshotEvery
+            self.outageLimit = outageLimit
         }
     }
 
     /// The node's name in the `nodes` table; unique in the cluster.
     public let name: String
     private let configuration: Configuration
-    private let store: PostgresEventStore
-    private let control: PostgresWorker
-    /// The backend pid of `control`'s session, which holds the shard locks.
-    private let holder: Int32
-    private let lease: LeaseKeeper
-    private let group: DurableLoopGroup<String, State, Inboxed<Event>, Effect>
+    private let conninfo: String
+    private let program: DurableProgram<State, Inboxed<Event>, Effect>
+    private let router: EffectRouter<Effect, Inboxed<Event>>
     private let events: any EventCodec<Event>
-    private let shards: Int
-    private let ledger = Locked(Ledger())
+    private let states: any EventCodec<State>
+    /// The node's session with the database now, and what the ones before it counted.
+    private let supervision: Locked<Supervision>
 
-    /// What the node holds and does, changed only by its own loop (and `stop`).
-    private struct Ledger {
-        var owned: Set<Int> = []
-        var releasing: Set<Int> = []
-        var shardOf: [String: Int] = [:]
-        var inFlight: Set<Int64> = []
-        /// The other nodes seen with an expired lease, since when (a lease is ended after a grace).
-        var staleSince: [String: ContinuousClock.Instant] = [:]
+    private struct Supervision {
+        var current: ClusterSession<State, Event, Effect>
         var stopping = false
+        var interruptions = 0
         var dispatched = 0
         var dead = 0
     }
@@ -108,6 +107,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     ///   - events: how events are encoded in the inbox and the events table.
     ///   - states: how snapshots are encoded.
     ///   - configuration: pacing and schema.
+    /// - Throws: when the database cannot be reached or its schema installed.
     public init(
         connecting conninfo: String,
         name: String,
@@ -116,6 +116,195 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         events: some EventCodec<Event>,
         states: some EventCodec<State>,
         configuration: Configuration = Configuration()
+    ) async throws {
+        self.name = name
+        self.configuration = configuration
+        self.conninfo = conninfo
+        self.events = events
+        self.states = states
+        let update = program.update
+        self.program = DurableProgram(
+            initial: program.initial,
+            update: Update { state, inboxed in update(&state, inboxed.event) },
+            resume: program.resume
+        )
+        self.router = router.mapEvents { Inboxed(inbox: nil, event: $0) }
+        let first = try await ClusterSession(
+            conninfo: conninfo,
+            name: name,
+            configuration: configuration,
+            program: self.program,
+            router: self.router,
+            events: events,
+            states: states,
+            after: nil
+        )
+        supervision = Locked(Supervision(current: first))
+    }
+
+    /// The shards the node owns now.
+    public var ownedShards: Set<Int> {
+        supervision.withLock { $0.current }.ownedShards
+    }
+
+    /// How many inbox rows the node has handed to its entities, and how many it moved to `inbox_dead`.
+    public var counts: (dispatched: Int, dead: Int) {
+        let (current, dispatched, dead) = supervision.withLock { ($0.current, $0.dispatched, $0.dead) }
+        let now = current.counts
+        return (dispatched + now.dispatched, dead + now.dead)
+    }
+
+    /// How many times the node lost its session with the database (the connection broke, the database
+    /// restarted, its lease expired, an append was fenced) and joined again.
+    public var interruptions: Int {
+        supervision.withLock { $0.interruptions }
+    }
+
+    /// The state of a live entity of this node, or `nil`.
+    public func state(of entity: String) -> State? {
+        supervision.withLock { $0.current }.state(of: entity)
+    }
+
+    /// Joins the cluster and processes its shards' inboxes until ``stop()``; then leaves gracefully:
+    /// stops taking rows, lets the events in flight commit, releases its shards.
+    ///
+    /// When the node loses its session with the database (the connection breaks, the database restarts,
+    /// the node's lease expired while it was paused, an append is fenced because another node took the
+    /// shard), it lets its shards go (its entities stop; the rows they had not committed stay in the
+    /// inbox), connects again, waiting the heartbeat and then twice as long each time up to the
+    /// membership timeout, and joins again. It gives up only after ``Configuration/outageLimit`` without
+    /// reaching the database, or when another process has joined under its name.
+    ///
+    /// - Parameter report: called with each failure the node rides out: a lost session (before it joins
+    ///   again), or an entity stopped by data it cannot read (``ClusterError/entityFailed(stream:reason:)``;
+    ///   that entity refuses events until the node restarts, the others go on).
+    /// - Throws: ``ClusterError`` when the node gave up.
+    public func run(report: @escaping @Sendable (ClusterError) -> Void = { _ in }) async throws {
+        var session = supervision.withLock { $0.current }
+        // The wait before joining again: the heartbeat, doubled (up to the membership timeout) for each
+        // session that failed within the timeout of its start, so a failure that repeats (an append the
+        // database refuses each time) does not make the node join and leave in a tight loop.
+        var backoff = configuration.heartbeat
+        while true {
+            let started = ContinuousClock.now
+            let failure = await session.run(report: report)
+            let counted = session.counts
+            let stopping = supervision.withLock { supervision in
+                supervision.dispatched += counted.dispatched
+                supervision.dead += counted.dead
+                if failure != nil && !supervision.stopping { supervision.interruptions += 1 }
+                return supervision.stopping
+            }
+            guard let failure, !stopping else { return }
+            report(failure)
+            let short = ContinuousClock.now - started < configuration.membershipTimeout
+            backoff = short ? min(backoff * 2, configuration.membershipTimeout) : configuration.heartbeat
+            guard let next = try await rejoin(after: failure, previous: session.holder, waiting: backoff) else {
+                return
+            }
+            session = next
+        }
+    }
+
+    /// Connects again after `failure`, first after `delay`, then twice as long each time up to the
+    /// membership timeout; the new session, or `nil` if asked to stop meanwhile.
+    private func rejoin(
+        after failure: ClusterError,
+        previous: Int32,
+        waiting delay: Duration
+    ) async throws -> ClusterSession<State, Event, Effect>? {
+        let since = ContinuousClock.now
+        var delay = delay
+        var last = failure
+        while true {
+            // Waits in steps of at most 50 ms, so a stop is heard at once.
+            let until = ContinuousClock.now + delay
+            while ContinuousClock.now < until {
+                if supervision.withLock({ $0.stopping }) || Task.isCancelled { return nil }
+                try? await Task.sleep(for: min(.milliseconds(50), until - ContinuousClock.now))
+            }
+            do {
+                let session = try await ClusterSession(
+                    conninfo: conninfo,
+                    name: name,
+                    configuration: configuration,
+                    program: program,
+                    router: router,
+                    events: events,
+                    states: states,
+                    after: previous
+                )
+                let stopped = supervision.withLock { supervision in
+                    supervision.current = session
+                    return supervision.stopping
+                }
+                if stopped { session.stop() }
+                return session
+            } catch let error as ClusterError {
+                // Another process runs under this node's name: it is the node now.
+                throw error
+            } catch {
+                last = .connectionLost("\(error)")
+            }
+            if ContinuousClock.now - since >= configuration.outageLimit { throw last }
+            delay = min(delay * 2, configuration.membershipTimeout)
+        }
+    }
+
+    /// Asks the node to leave the cluster; ``run()`` returns once it has.
+    public func stop() {
+        let current = supervision.withLock { supervision in
+            supervision.stopping = true
+            return supervision.current
+        }
+        current.stop()
+    }
+}
+
+/// One session of a cluster node with the database: the connection holding its shard locks (the
+/// session), its store connection, its lease keeper and its entities. A failure ends the session; the
+/// node starts a new one (see ``ClusterNode/run(report:)``).
+final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
+    let name: String
+    private let configuration: ClusterNode<State, Event, Effect>.Configuration
+    private let store: PostgresEventStore
+    private let control: PostgresWorker
+    /// The backend pid of `control`'s session, which holds the shard locks.
+    let holder: Int32
+    private let lease: LeaseKeeper
+    private let group: DurableLoopGroup<String, State, Inboxed<Event>, Effect>
+    private let events: any EventCodec<Event>
+    private let shards: Int
+    private let ledger = Locked(Ledger())
+    /// What the node holds and does, changed only by its own loop (and `stop`).
+    private struct Ledger {
+        var owned: Set<Int> = []
+        var releasing: Set<Int> = []
+        var shardOf: [String: Int] = [:]
+        var inFlight: Set<Int64> = []
+        /// The other nodes seen with an expired lease, since when (a lease is ended after a grace).
+        var staleSince: [String: ContinuousClock.Instant] = [:]
+        var stopping = false
+        var dispatched = 0
+        var dead = 0
+        /// The entities whose data failure was reported.
+        var reported: Set<String> = []
+    }
+
+    /// Connects and prepares the session's durable loops. `previous`: the lock session of the node's
+    /// session before this one, when it joins again.
+    ///
+    /// - Throws: ``ClusterError/superseded(_:)`` when joining again and another process holds the node's
+    ///   name; otherwise the store's or the connection's error.
+    init(
+        conninfo: String,
+        name: String,
+        configuration: ClusterNode<State, Event, Effect>.Configuration,
+        program: DurableProgram<State, Inboxed<Event>, Effect>,
+        router: EffectRouter<Effect, Inboxed<Event>>,
+        events: any EventCodec<Event>,
+        states: any EventCodec<State>,
+        after previous: Int32?
     ) async throws {
         self.name = name
         self.configuration = configuration
@@ -132,18 +321,43 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             label: "effectloop.cluster.\(name)",
             applicationName: "effectloop node \(name)"
         )
+        let found: (shards: Int, holder: Int32, successor: Bool)
         do {
-            (shards, holder) = try await control.run { connection throws(PostgresError) in
+            found = try await control.run { connection throws(PostgresError) in
                 let rows = try connection.execute(
                     "SELECT value FROM \(schema).effectloop_meta WHERE key = 'shards'"
                 )
                 let backend = try connection.execute("SELECT pg_backend_pid()::bigint")
-                return (rows.rows.isEmpty ? 64 : Int(try rows.int(0, 0)), Int32(clamping: try backend.int(0, 0)))
+                // Joining again: a live session recorded under this name, not this one's or the last
+                // one's, is another process that took the name (a restart while this one was paused).
+                var successor = false
+                if let previous {
+                    let others = try connection.execute(
+                        """
+                        SELECT count(*) FROM \(schema).nodes n
+                        JOIN pg_stat_activity a ON a.pid = n.session_pid AND a.backend_start = n.session_start
+                        WHERE n.node = $1 AND a.pid <> pg_backend_pid() AND a.pid <> $2::integer
+                        """,
+                        [.text(name), .int(Int64(previous))]
+                    )
+                    successor = try others.int(0, 0) > 0
+                }
+                return (
+                    rows.rows.isEmpty ? 64 : Int(try rows.int(0, 0)), Int32(clamping: try backend.int(0, 0)),
+                    successor
+                )
             }
         } catch {
+            await control.close()
             await store.close()
             throw PostgresEventStore.storeError(error, doing: "read the shard count")
         }
+        if found.successor {
+            await control.close()
+            await store.close()
+            throw ClusterError.superseded("another process joined the cluster as '\(name)'")
+        }
+        (shards, holder) = (found.shards, found.holder)
         // Every append checks, in its transaction, that this session still holds its stream's shard.
         store.fence(holder: holder, shards: shards)
         lease = LeaseKeeper(
@@ -153,15 +367,10 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             heartbeat: configuration.heartbeat,
             stallLimit: configuration.membershipTimeout * 4
         )
-        let update = program.update
         group = DurableLoopGroup(
             stream: { $0 },
-            program: DurableProgram(
-                initial: program.initial,
-                update: Update { state, inboxed in update(&state, inboxed.event) },
-                resume: program.resume
-            ),
-            effects: router.mapEvents { Inboxed(inbox: nil, event: $0) },
+            program: program,
+            effects: router,
             store: store,
             events: InboxedCodec(events),
             states: states,
@@ -169,26 +378,26 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         )
     }
 
-    /// The shards the node owns now.
-    public var ownedShards: Set<Int> {
+    /// The shards the session owns now.
+    var ownedShards: Set<Int> {
         ledger.withLock { $0.owned }
     }
 
-    /// How many inbox rows the node has handed to its entities, and how many it moved to `inbox_dead`.
-    public var counts: (dispatched: Int, dead: Int) {
+    /// How many inbox rows the session handed to its entities, and how many it moved to `inbox_dead`.
+    var counts: (dispatched: Int, dead: Int) {
         ledger.withLock { ($0.dispatched, $0.dead) }
     }
 
-    /// The state of a live entity of this node, or `nil`.
-    public func state(of entity: String) -> State? {
+    /// The state of a live entity of this session, or `nil`.
+    func state(of entity: String) -> State? {
         group.state(of: entity)
     }
 
-    /// Joins the cluster and processes its shards' inboxes until ``stop()``; then leaves gracefully:
-    /// stops taking rows, lets the events in flight commit, releases its shards.
-    ///
-    /// - Throws: ``ClusterError`` when a failure stopped the node.
-    public func run() async throws {
+    /// Joins the cluster and processes its shards' inboxes until ``stop()`` (then leaves gracefully:
+    /// stops taking rows, lets the events in flight commit, releases its shards) or until a failure ends
+    /// the session, which it returns. Entities stopped by data they cannot read are passed to `report`
+    /// and the session goes on.
+    func run(report: @Sendable (ClusterError) -> Void) async -> ClusterError? {
         let running = Task { try await group.run() }
         _ = await group.waitUntilRunning()
         var failure: ClusterError?
@@ -201,13 +410,8 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                 let rows = try await tick()
                 lease.start(session: holder)
                 dispatch(rows)
-                if let (stream, failed) = group.failedStreams.first {
-                    // Told apart by type: a fenced append or a stream another writer moved on means the
-                    // node lost the shard; anything else is the store failing.
-                    failure =
-                        failed.isFenced
-                        ? .fenced(stream: stream, reason: failed.description)
-                        : .storeFailed(stream: stream, reason: failed.description)
+                if let ended = failures(report: report) {
+                    failure = ended
                     break
                 }
                 let wait = Int32(
@@ -234,11 +438,44 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         _ = try? await running.value
         await control.close()
         await store.close()
-        if let failure { throw failure }
+        return failure
     }
 
-    /// Asks the node to leave the cluster; ``run()`` returns once it has.
-    public func stop() {
+    /// Looks at the entities that failed: returns the failure that ends the session, if one does, and
+    /// reports the others once.
+    ///
+    /// Told apart by type: a fenced append, or a stream another writer moved on, means the node lost
+    /// the shard; the store unavailable means the database or the connection failed: both end the
+    /// session, and the node joins again. Data the entity cannot read (undecodable, damaged, an event
+    /// that does not encode) would stop it wherever it ran: it stops that entity only.
+    private func failures(report: @Sendable (ClusterError) -> Void) -> ClusterError? {
+        let failed = group.failedStreams
+        guard !failed.isEmpty else { return nil }
+        var fresh: [(String, DurableFailure)] = []
+        for (stream, failure) in failed.sorted(by: { $0.key < $1.key }) {
+            if failure.isFenced { return .fenced(stream: stream, reason: failure.description) }
+            switch failure.kind {
+            case .store, .storeError:
+                if failure.isCorruption {
+                    fresh.append((stream, failure))
+                } else {
+                    return .storeFailed(stream: stream, reason: failure.description)
+                }
+            case .undecodable, .unencodable, .noProgram:
+                fresh.append((stream, failure))
+            }
+        }
+        let unreported = ledger.withLock { ledger in
+            let unreported = fresh.filter { !ledger.reported.contains($0.0) }
+            ledger.reported.formUnion(unreported.map(\.0))
+            return unreported
+        }
+        for (stream, failure) in unreported { report(.entityFailed(stream: stream, reason: failure.description)) }
+        return nil
+    }
+
+    /// Asks the session to leave the cluster; ``run(report:)`` returns once it has.
+    func stop() {
         ledger.withLock { $0.stopping = true }
     }
 
@@ -534,9 +771,13 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
 
     /// Leaves the membership (best effort: a node that cannot is forgotten after the timeout).
     private func leave() async {
-        let (schema, name) = (configuration.schema, self.name)
+        let (schema, name, holder) = (configuration.schema, self.name, self.holder)
         _ = try? await control.run { connection throws(PostgresError) in
-            try connection.execute("DELETE FROM \(schema).nodes WHERE node = $1", [.text(name)])
+            // Only the row this session wrote: after a restart under the same name it may be another's.
+            try connection.execute(
+                "DELETE FROM \(schema).nodes WHERE node = $1 AND session_pid = $2::integer",
+                [.text(name), .int(Int64(holder))]
+            )
         }
     }
 }
@@ -568,9 +809,16 @@ public enum ClusterError: Error, Hashable, Sendable, CustomStringConvertible {
     /// An append for `stream` was refused because another node had written it: this node had lost the
     /// shard (paused, partitioned). It stops; the stream's owner continues.
     case fenced(stream: String, reason: String)
-    /// The store failed an append for `stream` (the database refused or was unreachable): the entity
-    /// cannot continue in this process, so the node stops and its shards go to the others.
+    /// The store failed an append for `stream` (the database refused or was unreachable): the node's
+    /// session ends, and the node joins again.
     case storeFailed(stream: String, reason: String)
+    /// The entity of `stream` stopped on data it cannot read (an event or snapshot that does not decode,
+    /// damage, an event that does not encode): reported, not thrown; the entity refuses events until the
+    /// node restarts, the node and its other entities go on.
+    case entityFailed(stream: String, reason: String)
+    /// Another process joined the cluster under this node's name (a restart while this one was paused
+    /// or cut off): this one stops.
+    case superseded(String)
 
     /// A sentence saying why.
     public var description: String {
@@ -578,6 +826,8 @@ public enum ClusterError: Error, Hashable, Sendable, CustomStringConvertible {
         case .connectionLost(let reason): "the node's connection to the database broke: \(reason)"
         case .fenced(let stream, let reason): "another node owns stream '\(stream)' now (\(reason))"
         case .storeFailed(let stream, let reason): "the store failed stream '\(stream)': \(reason)"
+        case .entityFailed(let stream, let reason): "entity '\(stream)' stopped: \(reason)"
+        case .superseded(let reason): "the node was superseded: \(reason)"
         }
     }
 }

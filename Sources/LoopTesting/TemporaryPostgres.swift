@@ -32,6 +32,8 @@ public final class TemporaryPostgres: Sendable {
     /// The server's directory, when this process started it.
     public let directory: String?
     private let stopCommand: [String]?
+    /// `pg_ctl` and its arguments up to the action, for a server this process started.
+    private let control: [String]?
     private let databases = Atomic<Int>(0)
     private let stopped = Atomic<Bool>(false)
 
@@ -70,6 +72,7 @@ public final class TemporaryPostgres: Sendable {
         conninfo = existing
         directory = nil
         stopCommand = nil
+        control = nil
     }
 
     /// Starts a new server. `durable`: with `fsync` and synchronous commit on, as a production server
@@ -92,11 +95,11 @@ public final class TemporaryPostgres: Sendable {
         let data = directory + "/data"
         var initdb = asUser + ["\(bin)/initdb", "-D", data, "-A", "trust", "-U", "effectloop", "-E", "UTF8"]
         if !durable { initdb.append("--no-sync") }
+        let options =
+            "-k \(directory) -c listen_addresses='' -c max_connections=500"
+            + (durable ? "" : " -c fsync=off")
         do throws(Unavailable) {
             try Self.run(initdb)
-            let options =
-                "-k \(directory) -c listen_addresses='' -c max_connections=500"
-                + (durable ? "" : " -c fsync=off")
             try Self.run(
                 asUser + [
                     "\(bin)/pg_ctl", "-D", data, "-l", directory + "/server.log", "-w", "-t", "60", "-o", options,
@@ -119,6 +122,36 @@ public final class TemporaryPostgres: Sendable {
         self.conninfo = "host=\(directory) user=effectloop"
         self.directory = directory
         self.stopCommand = ["/bin/sh", "-c", stop]
+        self.control =
+            asUser + [
+                "\(bin)/pg_ctl", "-D", data, "-l", directory + "/server.log", "-w", "-t", "60", "-o", options,
+            ]
+    }
+
+    /// Restarts the server this process started, as an operator's `pg_ctl restart -m fast` does: every
+    /// session is ended, and the server accepts connections again once this returns.
+    ///
+    /// - Throws: ``Unavailable`` for a server this process did not start, or when `pg_ctl` fails.
+    public func restart() throws(Unavailable) {
+        try self.control(["restart", "-m", "fast"])
+    }
+
+    /// Shuts the server this process started down (`pg_ctl stop -m fast`), keeping its data:
+    /// ``startAgain()`` brings it back, ``stop()`` removes it.
+    public func shutDown() throws(Unavailable) {
+        try self.control(["stop", "-m", "fast"])
+    }
+
+    /// Starts the server again after ``shutDown()``.
+    public func startAgain() throws(Unavailable) {
+        try self.control(["start"])
+    }
+
+    private func control(_ action: [String]) throws(Unavailable) {
+        guard let control, !stopped.load(ordering: .relaxed) else {
+            throw Unavailable(description: "the server was not started by this process, or is stopped")
+        }
+        try Self.run(control + action)
     }
 
     /// Creates an empty database and returns its conninfo.

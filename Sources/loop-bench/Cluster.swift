@@ -61,7 +61,8 @@ func runClusterNode(_ words: [String]) async -> Int32 {
         }
         // Asked to stop before it ran: it owns nothing yet, so there is nothing to hand over.
         if requested { return 0 }
-        try await node.run()
+        // What the node rode out (a lost session, joined again) goes to its log.
+        try await node.run(report: { Measure.printError("cluster-node \(name): \($0); going on\n") })
         return 0
     } catch {
         Measure.printError("cluster-node \(name): \(error)\n")

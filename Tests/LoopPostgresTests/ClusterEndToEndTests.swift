@@ -226,8 +226,8 @@ struct ClusterEndToEndTests {
 extension ClusterEndToEndTests {
     /// A node paused (SIGSTOP) while its entities' appends are under way, its lock session cut by the
     /// server (a partition the server noticed): the other node takes its shards. Resumed, the stale
-    /// node's appends are fenced and it stops; the rightful owner is never stopped, and every event is
-    /// committed exactly once.
+    /// node's appends are fenced and its session ends; it joins again as a new session. The rightful
+    /// owner is never stopped, and every event is committed exactly once.
     @Test(.timeLimit(.minutes(10)), arguments: sanitized ? [11] : [11, 23, 37, 41, 53])
     func aPausedNodeWhoseSessionIsCutIsFencedAndTheOwnerGoesOn(seed: Int) async throws {
         try await pause(seed: seed, cutTheSession: true)
@@ -235,7 +235,7 @@ extension ClusterEndToEndTests {
 
     /// A node paused (SIGSTOP) with its session intact, so it still holds its shard locks: its lease
     /// expires after the membership timeout without a heartbeat, the other node ends its lock session
-    /// and takes its shards. Resumed, it stops without committing anything more; the owner goes on.
+    /// and takes its shards. Resumed, it commits nothing stale, and joins again; the owner goes on.
     @Test(.timeLimit(.minutes(10)), arguments: sanitized ? [11] : [11, 23, 37, 41, 53])
     func aPausedNodeLosesItsShardsWhenItsLeaseExpires(seed: Int) async throws {
         try await pause(seed: seed, cutTheSession: false)
@@ -243,7 +243,7 @@ extension ClusterEndToEndTests {
 
     /// A node restarted under its name while the old process lingers (paused, its session intact): the
     /// new one ends its predecessor's session and takes the shards at once, without waiting for a
-    /// lease; the old one, resumed, stops.
+    /// lease; the old one, resumed, finds its name taken and stops (it does not join again).
     @Test(.timeLimit(.minutes(5)))
     func aRestartedNodeEndsItsLingeringPredecessor() async throws {
         let database = try TemporaryPostgres.shared().createDatabase()
@@ -278,6 +278,8 @@ extension ClusterEndToEndTests {
         old.signal(SIGCONT)
         let oldStatus = await old.wait()
         if let oldStatus { #expect(oldStatus != 0, "the predecessor ended well: \(old.output)") }
+        #expect(old.output.contains("superseded"), "\(old.output)")
+        #expect(try await locks() == 64, "the predecessor took shards back")
         restarted.signal(SIGTERM)
         let status = await restarted.wait()
         #expect(restarted.endedWell(status), "the restarted node failed: \(restarted.output)")
@@ -285,7 +287,8 @@ extension ClusterEndToEndTests {
 
     /// Pauses one of two nodes while both have appends under way (cutting its session at the server
     /// first when `cutTheSession`), waits for the other to hold every shard, resumes it, and checks
-    /// that it stopped on its own, that the owner did not, and that every event committed once.
+    /// that its session ended and it joined again, that the owner's never did, and that every event
+    /// committed once.
     func pause(seed: Int, cutTheSession: Bool) async throws {
         let database = try TemporaryPostgres.shared().createDatabase()
         await (try PostgresInbox(connecting: database)).close()
@@ -345,9 +348,16 @@ extension ClusterEndToEndTests {
         // The stale node wakes up as the owner starts on the shards: its appends in flight would commit
         // between the owner's reading of a stream and its first append to it.
         stale.signal(SIGCONT)
-        let staleStatus = await stale.wait()
-        // It stopped on its own (fenced, or its lock session gone), not cleanly.
-        if let staleStatus { #expect(staleStatus != 0, "the stale node ended well: \(stale.output)") }
+        // Its session ends (fenced, or its lock session gone) and it joins again: it takes shards back.
+        var rejoined = false
+        for _ in 0..<3_000 {
+            if try await locks(of: "stale") > 0 {
+                rejoined = true
+                break
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(rejoined, "the stale node never joined again: \(stale.output)")
         let produced = await producer.wait()
         #expect(producer.endedWell(produced), "the producer failed: \(producer.output)")
         for _ in 0..<6_000 {
@@ -355,8 +365,13 @@ extension ClusterEndToEndTests {
             try await Task.sleep(for: .milliseconds(20))
         }
         owner.signal(SIGTERM)
+        stale.signal(SIGTERM)
         let ownerStatus = await owner.wait()
         #expect(owner.endedWell(ownerStatus), "the rightful owner stopped: \(owner.output)")
+        // The owner's session never ended; the stale node's did, once, and it said so.
+        #expect(!owner.output.contains("going on"), "\(owner.output)")
+        let staleStatus = await stale.wait()
+        #expect(stale.endedWell(staleStatus) || staleStatus == nil, "the stale node failed: \(stale.output)")
         #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
         #expect(try await committed() == events)
         #expect(try await Self.query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(events)")

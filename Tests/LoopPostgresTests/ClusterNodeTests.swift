@@ -12,7 +12,11 @@ enum Counter {
 
     static let program = ClusterTally.program
 
-    static func node(_ database: String, _ name: String) async throws -> ClusterNode<Int, Event, Never> {
+    static func node(
+        _ database: String,
+        _ name: String,
+        outageLimit: Duration = .seconds(60)
+    ) async throws -> ClusterNode<Int, Event, Never> {
         try await ClusterNode(
             connecting: database,
             name: name,
@@ -20,8 +24,21 @@ enum Counter {
             effects: EffectRouter(),
             events: JSONCodec<Event>(),
             states: JSONCodec<Int>(),
-            configuration: .init(heartbeat: .milliseconds(100), membershipTimeout: .seconds(1))
+            configuration: .init(
+                heartbeat: .milliseconds(100),
+                membershipTimeout: .seconds(1),
+                outageLimit: outageLimit
+            )
         )
+    }
+
+    /// What a node reported while it ran.
+    final class Reports: Sendable {
+        private let reports = Locked<[ClusterError]>([])
+
+        var all: [ClusterError] { reports.withLock { $0 } }
+
+        func record(_ report: ClusterError) { reports.withLock { $0.append(report) } }
     }
 }
 
@@ -104,10 +121,11 @@ struct ClusterNodeTests {
         try Self.expectExactlyOnce(database, sent: 1_200)
     }
 
-    @Test func whenANodesConnectionDiesTheOthersTakeItsShardsAndLoseNothing() async throws {
+    @Test func aNodeWhoseConnectionDiesJoinsAgainAndNothingIsLost() async throws {
         let database = try TemporaryPostgres.shared().createDatabase()
         let (a, b) = (try await Counter.node(database, "a"), try await Counter.node(database, "b"))
-        let runningA = Task { try await a.run() }
+        let reports = Counter.Reports()
+        let runningA = Task { try await a.run(report: reports.record) }
         let runningB = Task { try await b.run() }
         try await Self.eventually("the shards to be split") {
             a.ownedShards.count + b.ownedShards.count == 64 && !a.ownedShards.isEmpty && !b.ownedShards.isEmpty
@@ -122,15 +140,109 @@ struct ClusterNodeTests {
                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
                 """
         )
-        await #expect(throws: ClusterError.self) { try await runningA.value }
+        // Node a notices, lets its shards go, connects again and takes its share back.
+        try await Self.eventually("a to join again") { a.interruptions == 1 }
         try await Self.send(500, over: 50, to: database)
-        try await Self.eventually("b to own every shard") { b.ownedShards.count == 64 }
+        try await Self.eventually("both to own shards again") {
+            a.ownedShards.count + b.ownedShards.count == 64 && !a.ownedShards.isEmpty && !b.ownedShards.isEmpty
+        }
         try await Self.eventually("the inbox to drain") {
             try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
         }
-        b.stop()
+        guard case .connectionLost? = reports.all.first else {
+            Issue.record("reported \(reports.all)")
+            return
+        }
+        for node in [a, b] { node.stop() }
+        try await runningA.value
         try await runningB.value
         try Self.expectExactlyOnce(database, sent: 1_000)
+    }
+
+    /// `pg_ctl restart -m fast` while two nodes process events: every session ends; both nodes connect
+    /// again, take the shards back and process every event once; neither stops.
+    @Test func aDatabaseRestartIsRiddenOutAndNothingIsLost() async throws {
+        // A server of its own: a restart ends every session on it, other suites' too.
+        let server = try TemporaryPostgres(durable: false)
+        defer { server.stop() }
+        let database = try server.createDatabase()
+        let (a, b) = (try await Counter.node(database, "a"), try await Counter.node(database, "b"))
+        let runningA = Task { try await a.run() }
+        let runningB = Task { try await b.run() }
+        try await Self.eventually("the shards to be split") {
+            a.ownedShards.count + b.ownedShards.count == 64 && !a.ownedShards.isEmpty && !b.ownedShards.isEmpty
+        }
+        try await Self.send(1_000, over: 100, to: database)
+        try await Self.eventually("some events to commit") {
+            (Int(try Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0) > 0
+        }
+        try server.restart()
+        try await Self.send(1_000, over: 100, to: database)
+        try await Self.eventually("both to join again") { a.interruptions >= 1 && b.interruptions >= 1 }
+        try await Self.eventually("the inbox to drain") {
+            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+        }
+        try await Self.eventually("both to own shards again") {
+            a.ownedShards.count + b.ownedShards.count == 64 && !a.ownedShards.isEmpty && !b.ownedShards.isEmpty
+        }
+        for node in [a, b] { node.stop() }
+        try await runningA.value
+        try await runningB.value
+        try Self.expectExactlyOnce(database, sent: 2_000)
+    }
+
+    /// A database that stays away longer than the outage limit: the node stops, saying so.
+    @Test func aNodeGivesUpWhenTheDatabaseStaysAwayPastTheOutageLimit() async throws {
+        let server = try TemporaryPostgres(durable: false)
+        defer { server.stop() }
+        let database = try server.createDatabase()
+        let node = try await Counter.node(database, "solo", outageLimit: .seconds(1))
+        let running = Task { try await node.run() }
+        try await Self.eventually("the node to own every shard") { node.ownedShards.count == 64 }
+        try server.shutDown()
+        do {
+            try await running.value
+            Issue.record("the node ran on without its database")
+        } catch let error as ClusterError {
+            guard case .connectionLost = error else {
+                Issue.record("stopped with \(error)")
+                return
+            }
+        }
+        #expect(node.interruptions == 1)
+    }
+
+    /// An entity whose stream holds an event it cannot decode stops alone, reported; the node and the
+    /// other entities go on.
+    @Test func anEntityThatCannotReadItsStreamIsReportedAndTheNodeGoesOn() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let node = try await Counter.node(database, "solo")
+        let reports = Counter.Reports()
+        let running = Task { try await node.run(report: reports.record) }
+        try await Self.eventually("the node to own every shard") { node.ownedShards.count == 64 }
+        _ = try Self.query(
+            database,
+            "INSERT INTO effectloop.events (stream, version, payload) VALUES ('entity-bad', 1, '\\x0102'::bytea)"
+        )
+        let inbox = try await PostgresInbox(connecting: database)
+        try await inbox.send(try JSONCodec<Counter.Event>().encode(.add(1)), to: "entity-bad")
+        await inbox.close()
+        try await Self.send(10, over: 2, to: database)
+        try await Self.eventually("the others' events to commit") {
+            try Self.query(database, "SELECT count(*) FROM effectloop.events") == "11"
+        }
+        try await Self.eventually("the failure to be reported") { !reports.all.isEmpty }
+        guard case .entityFailed(let stream, _)? = reports.all.first else {
+            Issue.record("reported \(reports.all)")
+            return
+        }
+        #expect(stream == "entity-bad")
+        #expect(node.interruptions == 0)
+        // Its row stays in the inbox, for a node that can read the stream (after a fix, a restart).
+        #expect(try Self.query(database, "SELECT stream FROM effectloop.inbox") == "entity-bad")
+        node.stop()
+        try await running.value
+        #expect(reports.all.count == 1)
     }
 
     /// A node's appends carry proof that it still holds their shards: once its lock session is gone
