@@ -212,7 +212,17 @@ import Glibc
             withUnsafeBytes(of: UInt64(body.count).littleEndian) { bytes += $0 }
             return bytes
         }
+        // The first stream's entry: after the header (25 bytes and 12 per log file) its name's length,
+        // its name, its version, then where its last record is.
+        let files = Int(checkpoint[21]) | Int(checkpoint[22]) << 8
+        let entry = 25 + 12 * files
+        let nameLength = Int(checkpoint[entry]) | Int(checkpoint[entry + 1]) << 8
+        let version = entry + 4 + nameLength
+        let tail = version + 8
         let cases: [(String, [UInt8])] = [
+            ("a last record past the end of its log file", resealed { $0[tail + 4] = 0xFF }),
+            ("a last record in a log file it does not cover", resealed { $0[tail + 7] = 0x7F }),
+            ("a version of 2^62 and more", resealed { $0[version + 7] = 0x40 }),
             ("one event more than its streams hold", resealed { $0[5] &+= 1 }),
             ("a stream fewer than it says", resealed { $0[13] &+= 1 }),
             ("a log file's committed length past its end", resealed { $0[25] &+= 1 }),
@@ -228,6 +238,73 @@ import Glibc
             }
             #expect(try await Self.contents(of: reader, like: expected) == expected, "\(damage)")
         }
+    }
+
+    @Test func aStoreOpenedToWriteWithoutItsCheckpointRemovesIt() async throws {
+        let directory = try TemporaryDirectory()
+        var expected = Contents()
+        let store = try Self.open(directory)
+        try await Self.fill(store, batches: 100, into: &expected)
+        await store.close()
+        // Written to without it, the log could change under it: it goes, and the close writes a new one.
+        let writer = try Self.open(directory, checkpoint: false)
+        #expect(!FileManager.default.fileExists(atPath: directory.path + "/store.index"))
+        try await Self.fill(writer, batches: 50, from: 100, into: &expected)
+        await writer.close()
+        // Closing twice does nothing more.
+        await writer.close()
+        let reopened = try Self.open(directory)
+        guard case .used = reopened.recovery.checkpoint else {
+            Issue.record("the checkpoint was not used: \(reopened.recovery.checkpoint)")
+            return
+        }
+        #expect(try await Self.contents(of: reopened, like: expected) == expected)
+        await reopened.close()
+    }
+
+    /// Single bits flipped at random in a log file a checkpoint covers, before the last 4 KiB its
+    /// fingerprint reads: the store opens from the checkpoint, and every read returns the acknowledged
+    /// events or fails naming damage, never fewer or other events.
+    @Test func randomFlipsUnderACheckpointAreFoundByReads() async throws {
+        let directory = try TemporaryDirectory(in: FileStoreLossTests.fastTemporary)
+        var expected = Contents()
+        let store = try FileEventStore(directory: directory.path)
+        try await Self.fill(store, batches: 600, into: &expected)
+        await store.close()
+        let names = ["segment-00000000.log", "store.manifest", "store.index"]
+        let original = try names.map { try directory.contents(of: $0) }
+        let log = original[0]
+        #expect(log.count > 5 * Self.fingerprint)
+        var generator = SplitMix(state: 28)
+        var failedReads = 0
+        for trial in 0..<300 {
+            var damaged = log
+            let bit = Int(generator.next() % UInt64((log.count - Self.fingerprint) * 8))
+            damaged[bit / 8] ^= UInt8(1 << (bit % 8))
+            let copy = try TemporaryDirectory(in: FileStoreLossTests.fastTemporary)
+            try copy.write(damaged, to: names[0])
+            for index in 1..<names.count { try copy.write(original[index], to: names[index]) }
+            let reopened = try FileEventStore(directory: copy.path)
+            guard case .used = reopened.recovery.checkpoint else {
+                Issue.record("trial \(trial): the checkpoint was not used")
+                continue
+            }
+            for (stream, events) in expected.events {
+                do {
+                    let found = try await reopened.read(stream, after: 0, limit: 100_000).map(\.payload)
+                    #expect(found == events, "trial \(trial): bit \(bit) of the log")
+                } catch let error as EventStoreError {
+                    guard case .corrupted = error.kind else {
+                        Issue.record("trial \(trial): \(error)")
+                        continue
+                    }
+                    failedReads += 1
+                }
+            }
+            await reopened.close()
+        }
+        // Most flips land in a record some stream's read walks through.
+        #expect(failedReads > 100)
     }
 
     @Test func anotherStoresCheckpointIsRefused() async throws {

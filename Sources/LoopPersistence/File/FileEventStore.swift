@@ -244,8 +244,9 @@ public final class FileEventStore: AppendingWithCompletion {
         }
         // What is there now is what the store stands by: a later open finds less only by loss.
         writeManifest(clean: false)
-        // A checkpoint that does not fit the log is of no use to any later open.
-        if case .refused = recovery.checkpoint { IndexCheckpoint.remove(in: directory) }
+        // A checkpoint this open did not use (refused, or not asked for) may stop fitting the log as this
+        // store writes (a cut below what it covers, then the same lengths written again): it goes.
+        if case .used = recovery.checkpoint {} else { IndexCheckpoint.remove(in: directory) }
     }
 
     deinit {
@@ -261,11 +262,14 @@ public final class FileEventStore: AppendingWithCompletion {
     /// manifest how far the log is committed (so a later open finds any loss), and releases the
     /// directory to the next process. Every later call fails with `unavailable`.
     public func close() async {
-        let queued = shared.withLock { shared in
+        let queued = shared.withLock { shared -> [Queued]? in
+            // A second close has nothing to do: the first released the directory.
+            guard !shared.closed else { return nil }
             shared.closed = true
             defer { shared.queued = [] }
             return shared.queued
         }
+        guard let queued else { return }
         for operation in queued { operation.finish(.failure(Self.closedError)) }
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             writer.async {
@@ -273,6 +277,10 @@ public final class FileEventStore: AppendingWithCompletion {
                 if !self.options.readOnly {
                     // A closed store's last log file ends at its last commit, as a sealed one does.
                     let (last, size) = self.shared.withLock { ($0.segments.last, $0.size) }
+                    // A checkpoint still being written in the background ends first: nothing of this
+                    // store writes after the next one opens the directory, and whether it was written
+                    // is known.
+                    self.checkpointer.sync {}
                     if let last, self.shared.withLock({ $0.broken == nil }), self.io.truncate(last, to: size) == 0 {
                         self.checkpoint(last: last, size: size)
                     }
@@ -1068,7 +1076,7 @@ public final class FileEventStore: AppendingWithCompletion {
         opened: inout Opened
     ) -> IndexCheckpoint? {
         let checkpoint: IndexCheckpoint
-        switch IndexCheckpoint.read(in: directory) {
+        switch IndexCheckpoint.read(in: directory, limit: 2 * sizes.reduce(0, +) + (1 << 20)) {
         case .success(nil):
             return nil
         case .success(let found?):

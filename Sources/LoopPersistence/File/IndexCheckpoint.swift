@@ -123,9 +123,11 @@ struct IndexCheckpoint {
         return output.written
     }
 
-    /// Removes the checkpoint in `directory`, if any: one that no longer fits the log.
+    /// Removes the checkpoint in `directory`, if any, and makes that durable: a checkpoint that may no
+    /// longer fit the log must not come back after a crash.
     static func remove(in directory: String) {
-        _ = path(in: directory).withCString { unlink($0) }
+        guard path(in: directory).withCString({ unlink($0) }) == 0 else { return }
+        _ = try? Files.syncDirectory(directory)
     }
 
     /// The bytes of a checkpoint on their way to its file, written a chunk at a time, and the checksum of
@@ -186,8 +188,9 @@ struct IndexCheckpoint {
 
     // MARK: Reading
 
-    /// The checkpoint in `directory`: `nil` if there is none, or why the one there cannot be used.
-    static func read(in directory: String) -> Result<IndexCheckpoint?, CheckpointProblem> {
+    /// The checkpoint in `directory`: `nil` if there is none, or why the one there cannot be used. One
+    /// larger than `limit` bytes is refused unread (an index is never larger than twice its log).
+    static func read(in directory: String, limit: Int) -> Result<IndexCheckpoint?, CheckpointProblem> {
         let path = path(in: directory)
         let descriptor = path.withCString { open($0, O_RDONLY | O_CLOEXEC) }
         guard descriptor >= 0 else {
@@ -197,12 +200,11 @@ struct IndexCheckpoint {
         defer { Files.release(descriptor) }
         let bytes: [UInt8]
         do {
-            bytes = try Files.readBytes(
-                descriptor,
-                count: try Files.fileSize(descriptor, path: path),
-                at: 0,
-                path: path
-            )
+            let size = try Files.fileSize(descriptor, path: path)
+            guard size <= limit else {
+                return .failure(CheckpointProblem("it is \(size) bytes long, more than its log could need"))
+            }
+            bytes = try Files.readBytes(descriptor, count: size, at: 0, path: path)
         } catch {
             return .failure(CheckpointProblem("it cannot be read: \(error)"))
         }
@@ -254,6 +256,8 @@ struct IndexCheckpoint {
             let name = String(decoding: try cursor.take(nameLength), as: UTF8.self)
             var entry = StreamEntry()
             entry.version = try cursor.word64()
+            // No store holds 2^62 events in a stream: such a version is damage, and would overflow.
+            guard entry.version < 1 << 62 else { throw CheckpointProblem("stream '\(name)' is at \(entry.version)") }
             entry.tail = Location(packed: try cursor.word64())
             let flags = try cursor.byte()
             guard flags & ~3 == 0 else { throw CheckpointProblem("stream '\(name)' has flags \(flags)") }
@@ -272,7 +276,7 @@ struct IndexCheckpoint {
                 for _ in 0..<checkpoints {
                     let first = try cursor.word64()
                     let location = Location(packed: try cursor.word64())
-                    guard inside(location), first <= entry.version else {
+                    guard inside(location), first <= entry.version, first > entry.checkpoints.last?.first ?? 0 else {
                         throw CheckpointProblem("a checkpoint of '\(name)' is not in the log it covers")
                     }
                     entry.checkpoints.append(StreamEntry.Checkpoint(first: first, location: location))
@@ -289,7 +293,7 @@ struct IndexCheckpoint {
             total = sum
             read += 1
         }
-        guard read == count, total == events else {
+        guard read == count, total == events, events < 1 << 62 else {
             throw CheckpointProblem(
                 "it holds \(read) streams of \(total) events, not the \(count) of \(events) it says"
             )
