@@ -12,7 +12,7 @@ internal import LoopRuntime
 ///     program: Order.program, effects: Order.router(services),
 ///     events: JSONCodec<Order.Event>(), states: JSONCodec<Order.State>()
 /// )
-/// try await node.run()       // until stop(), or a failure that stops it (see below)
+/// try await node.run()       // until stop(), or a failure it cannot ride out (see below)
 /// ```
 ///
 /// - **Membership and shards.** Every heartbeat the node renews its lease in the `nodes` table (naming
@@ -33,10 +33,13 @@ internal import LoopRuntime
 ///   session cut by the server) has its appends refused (`fenced`) and writes nothing, so the shard's new
 ///   owner is never the one stopped. A node taking a shard waits for the previous owner's appends under
 ///   way to end.
-/// - **Failures stop the node** (crash-only; restart it, say with systemd): a broken connection holding
-///   its locks, or an append fenced (the node had lost the shard) or refused because another node wrote
-///   the entity's stream (told apart by `DurableFailure.isFenced`, not by words). ``run()`` then throws ``ClusterError``; nothing it had not
-///   committed is lost, since the rows stay in the inbox for the shard's next owner.
+/// - **Supervision.** A failure that ends the node's session with the database (its connection breaks,
+///   the database restarts, its lease expired while it was paused, an append is fenced because another
+///   node took the shard) lets its shards go and stops its entities; the rows they had not committed
+///   stay in the inbox for the shards' next owner. The node connects again with backoff and joins as a
+///   new session (see ``run(report:)``). It stops on its own only after ``Configuration/outageLimit``
+///   without the database, or when another process joined under its name; an entity stopped by data it
+///   cannot read is reported and the rest go on.
 public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
     /// How a node paces itself.
     public struct Configuration: Sendable {
