@@ -56,7 +56,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         public var batch: Int
         /// Save an entity's snapshot after this many of its events (`nil`: never).
         public var snapshotEvery: UInt64?
-        /// How long a node that lost the database keeps trying to reach it again before ``run()`` gives
+        /// How long a node that lost the database keeps trying to reach it again before ``run(report:)`` gives
         /// up and throws: a restart of the database, or a network failure shorter than this, is ridden
         /// out.
         public var outageLimit: Duration
@@ -99,7 +99,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         var dead = 0
     }
 
-    /// Connects, installs or upgrades the schema, and prepares the node's durable loops; ``run()`` joins
+    /// Connects, installs or upgrades the schema, and prepares the node's durable loops; ``run(report:)`` joins
     /// the cluster.
     ///
     /// - Parameters:
@@ -254,7 +254,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         }
     }
 
-    /// Asks the node to leave the cluster; ``run()`` returns once it has.
+    /// Asks the node to leave the cluster; ``run(report:)`` returns once it has.
     public func stop() {
         let current = supervision.withLock { supervision in
             supervision.stopping = true
