@@ -60,16 +60,21 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         /// up and throws: a restart of the database, or a network failure shorter than this, is ridden
         /// out.
         public var outageLimit: Duration
+        /// How long an entity whose state resumes nothing (settled: no work under way) stays in memory
+        /// after its last event: then it is released, and its mark of remembered work cleared, so a node
+        /// taking its shard does not recover it.
+        public var releaseSettledAfter: Duration
 
         /// The defaults: schema `effectloop`, heartbeat 250 ms, timeout 3 s, 2,000 rows, snapshot every
-        /// 1,000 events, an outage limit of 60 s.
+        /// 1,000 events, an outage limit of 60 s, settled entities released after 30 s.
         public init(
             schema: String = "effectloop",
             heartbeat: Duration = .milliseconds(250),
             membershipTimeout: Duration = .seconds(3),
             batch: Int = 2_000,
             snapshotEvery: UInt64? = 1_000,
-            outageLimit: Duration = .seconds(60)
+            outageLimit: Duration = .seconds(60),
+            releaseSettledAfter: Duration = .seconds(30)
         ) {
             self.schema = schema
             self.heartbeat = heartbeat
@@ -77,6 +82,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             self.batch = batch
             self.snapshotEvery = snapshotEvery
             self.outageLimit = outageLimit
+            self.releaseSettledAfter = releaseSettledAfter
         }
     }
 
@@ -97,6 +103,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         var interruptions = 0
         var dispatched = 0
         var dead = 0
+        var recoveries = 0
     }
 
     /// Connects, installs or upgrades the schema, and prepares the node's durable loops; ``run(report:)`` joins
@@ -157,6 +164,14 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         return (dispatched + now.dispatched, dead + now.dead)
     }
 
+    /// How many times the node recovered an entity (read its stream back): once when it takes a shard
+    /// for each of its entities that may have work under way, and once for each entity it is sent an
+    /// event after releasing it.
+    public var recoveries: Int {
+        let (current, recoveries) = supervision.withLock { ($0.current, $0.recoveries) }
+        return recoveries + current.recoveries
+    }
+
     /// How many times the node lost its session with the database (the connection broke, the database
     /// restarted, its lease expired, an append was fenced) and joined again.
     public var interruptions: Int {
@@ -191,10 +206,11 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         while true {
             let started = ContinuousClock.now
             let failure = await session.run(report: report)
-            let counted = session.counts
+            let (counted, recovered) = (session.counts, session.recoveries)
             let stopping = supervision.withLock { supervision in
                 supervision.dispatched += counted.dispatched
                 supervision.dead += counted.dead
+                supervision.recoveries += recovered
                 if failure != nil && !supervision.stopping { supervision.interruptions += 1 }
                 return supervision.stopping
             }
@@ -277,6 +293,8 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     private let lease: LeaseKeeper
     private let group: DurableLoopGroup<String, State, Inboxed<Event>, Effect>
     private let events: any EventCodec<Event>
+    /// The program's `resume`: an entity whose state resumes nothing is settled.
+    private let resume: @Sendable (State) -> [Effect]
     private let shards: Int
     private let ledger = Locked(Ledger())
     /// What the node holds and does, changed only by its own loop (and `stop`).
@@ -292,6 +310,10 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         var dead = 0
         /// The entities whose data failure was reported.
         var reported: Set<String> = []
+        /// The streams of owned shards marked in `awake` (as far as this session knows).
+        var awake: Set<String> = []
+        /// When each marked entity was last sent an event or woken.
+        var lastActive: [String: ContinuousClock.Instant] = [:]
     }
 
     /// Connects and prepares the session's durable loops. `previous`: the lock session of the node's
@@ -312,6 +334,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         self.name = name
         self.configuration = configuration
         self.events = events
+        self.resume = program.resume
         let schema = configuration.schema
         store = try await PostgresEventStore(
             connecting: conninfo,
@@ -389,6 +412,11 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// How many inbox rows the session handed to its entities, and how many it moved to `inbox_dead`.
     var counts: (dispatched: Int, dead: Int) {
         ledger.withLock { ($0.dispatched, $0.dead) }
+    }
+
+    /// How many times the session recovered an entity (read its stream back).
+    var recoveries: Int {
+        group.recoveries
     }
 
     /// The state of a live entity of this session, or `nil`.
@@ -493,7 +521,10 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 + configuration.membershipTimeout.components.attoseconds / 1_000_000_000_000_000
         )
         let quietReleasing = releasable()
-        let (owned, releasing) = ledger.withLock { ($0.owned, $0.releasing) }
+        let settled = settle()
+        let (owned, releasing, marks) = ledger.withLock { ($0.owned, $0.releasing, $0.awake) }
+        // A settled entity's mark is cleared below: a row read for it in the same heartbeat marks it again.
+        let known = marks.subtracting(settled.map(\.0))
         let holder = self.holder
         let grace = configuration.heartbeat * 2
         let doomed = ledger.withLock { ledger in
@@ -600,13 +631,32 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                     [.text(schema), .int(Int64(shard))]
                 )
             }
-            // The entities of the shards just taken: recovered at once, so what they had under way on
-            // the node that owned them before (a job, a retry) resumes without waiting for an event.
+            // Entities settled and released: no longer marked, if this session still holds their shard
+            // (a stale session must not clear a mark the shard's new owner relies on). Before any row is
+            // read below, which marks its stream again.
+            if !settled.isEmpty {
+                var parameters: [PostgresValue] = [.text(schema)]
+                for (stream, _) in settled { parameters.append(.text(stream)) }
+                let list = (2...(settled.count + 1)).map { "$\($0)" }.joined(separator: ",")
+                try connection.execute(
+                    """
+                    DELETE FROM \(schema).awake w WHERE w.stream IN (\(list)) AND EXISTS (
+                        SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()
+                          AND l.objsubid = 2 AND l.objid::bigint = w.shard
+                          AND l.classid::bigint = (hashtext($1)::bigint + 4294967296) % 4294967296
+                    )
+                    """,
+                    parameters
+                )
+            }
+            // The entities of the shards just taken that may have work under way (marked in `awake`):
+            // recovered at once, so what they had under way on the node that owned them before (a job, a
+            // retry) resumes without waiting for an event. Settled ones stay on disk.
             var wake: [(String, Int)] = []
             if !taken.isEmpty {
                 let list = taken.sorted().map(String.init).joined(separator: ",")
                 let found = try connection.execute(
-                    "SELECT DISTINCT stream, shard::bigint FROM \(schema).events WHERE shard IN (\(list))"
+                    "SELECT stream, shard::bigint FROM \(schema).awake WHERE shard IN (\(list))"
                 )
                 for index in found.rows.indices {
                     wake.append((try found.text(index, 0), Int(try found.int(index, 1))))
@@ -631,13 +681,35 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                     )
                 }
             }
+            // Marked before they are sent their events: an entity with work under way is always marked
+            // (a crash between the two leaves a mark too many, never one too few).
+            var marked: [(String, Int)] = []
+            var seen: Set<String> = []
+            for row in rows where !known.contains(row.stream) && seen.insert(row.stream).inserted {
+                marked.append((row.stream, row.shard))
+            }
+            for start in stride(from: 0, to: marked.count, by: 1_000) {
+                let chunk = marked[start..<min(start + 1_000, marked.count)]
+                var parameters: [PostgresValue] = []
+                var values: [String] = []
+                for (stream, shard) in chunk {
+                    values.append("($\(parameters.count + 1), $\(parameters.count + 2)::integer)")
+                    parameters += [.text(stream), .int(Int64(shard))]
+                }
+                try connection.execute(
+                    "INSERT INTO \(schema).awake (stream, shard) VALUES \(values.joined(separator: ",")) ON CONFLICT DO NOTHING",
+                    parameters
+                )
+            }
             return Tick(
                 desired: desired,
                 taken: taken,
                 released: quietReleasing,
                 rows: rows,
                 wake: wake,
-                stale: stale
+                stale: stale,
+                marked: marked.map(\.0),
+                cleared: settled.map(\.0)
             )
         }
         ledger.withLock { ledger in
@@ -648,6 +720,14 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             ledger.releasing.formUnion(handing)
             ledger.releasing.subtract(outcome.released)
             for (entity, shard) in outcome.wake { ledger.shardOf[entity] = shard }
+            let now = ContinuousClock.now
+            ledger.awake.subtract(outcome.cleared)
+            for entity in outcome.cleared { ledger.lastActive[entity] = nil }
+            for entity in outcome.marked { ledger.awake.insert(entity) }
+            for (entity, _) in outcome.wake {
+                ledger.awake.insert(entity)
+                ledger.lastActive[entity] = now
+            }
             var staleSince: [String: ContinuousClock.Instant] = [:]
             for node in outcome.stale { staleSince[node] = ledger.staleSince[node] ?? .now }
             ledger.staleSince = staleSince
@@ -728,6 +808,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                     fresh.append((row, try events.decode(row.payload)))
                     ledger.inFlight.insert(row.id)
                     ledger.shardOf[row.stream] = row.shard
+                    ledger.lastActive[row.stream] = .now
                     ledger.dispatched += 1
                 } catch {
                     undecodable.append((row, "\(error)"))
@@ -758,6 +839,32 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         ledger.withLock { $0.dead += rows.count }
     }
 
+    /// Releases marked entities that are settled (their state resumes nothing) and have had no event for
+    /// ``ClusterNode/Configuration/releaseSettledAfter``, at most 1,000 a heartbeat; returns them, for
+    /// their marks to be cleared. So a node keeps in memory, and a taker wakes, the entities with work
+    /// under way, not every entity it ever served.
+    private func settle() -> [(String, Int)] {
+        let idle = configuration.releaseSettledAfter
+        let now = ContinuousClock.now
+        let candidates = ledger.withLock { ledger -> [(String, Int)] in
+            var candidates: [(String, Int)] = []
+            for entity in ledger.awake where candidates.count < 1_000 {
+                guard let last = ledger.lastActive[entity], now - last >= idle,
+                    let shard = ledger.shardOf[entity], ledger.owned.contains(shard)
+                else { continue }
+                candidates.append((entity, shard))
+            }
+            return candidates
+        }
+        var settled: [(String, Int)] = []
+        for (entity, shard) in candidates {
+            // A failed entity, or one not recovered yet, has no state here: it stays marked.
+            guard let state = group.state(of: entity), resume(state).isEmpty, group.passivate(entity) else { continue }
+            settled.append((entity, shard))
+        }
+        return settled
+    }
+
     /// The shards being handed over whose entities are all passivated now (their events committed).
     private func releasable() -> Set<Int> {
         let (releasing, shardOf) = ledger.withLock { ($0.releasing, $0.shardOf) }
@@ -767,6 +874,10 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             if group.state(of: entity) != nil && !group.passivate(entity) { quiet.remove(shard) }
         }
         ledger.withLock { ledger in
+            for (entity, shard) in ledger.shardOf where quiet.contains(shard) {
+                ledger.awake.remove(entity)
+                ledger.lastActive[entity] = nil
+            }
             ledger.shardOf = ledger.shardOf.filter { !quiet.contains($0.value) }
         }
         return quiet
@@ -802,6 +913,10 @@ struct Tick: Sendable {
     var wake: [(String, Int)]
     /// The other nodes whose lease had expired while their session lived on.
     var stale: [String]
+    /// The streams marked in `awake` before their rows were sent.
+    var marked: [String]
+    /// The streams whose mark was cleared (settled and released).
+    var cleared: [String]
 }
 
 /// Why a cluster node stopped on its own.

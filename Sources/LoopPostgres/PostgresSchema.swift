@@ -98,6 +98,15 @@ enum PostgresSchema {
             [
                 "ALTER TABLE \(schema).nodes ADD COLUMN session_pid integer, ADD COLUMN session_start timestamptz"
             ],
+            // Remembered work: the streams whose entities may have work under way (marked by the node
+            // that sends them an event, before it does; cleared once the entity is settled and
+            // released). A node taking a shard wakes these, not every stream the shard ever had. A store
+            // from before knows no better than all of its streams.
+            [
+                "CREATE TABLE \(schema).awake (stream text PRIMARY KEY, shard integer NOT NULL)",
+                "CREATE INDEX awake_by_shard ON \(schema).awake (shard)",
+                "INSERT INTO \(schema).awake (stream, shard) SELECT DISTINCT stream, shard FROM \(schema).events",
+            ],
         ]
     }
 

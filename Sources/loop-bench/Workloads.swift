@@ -32,6 +32,7 @@ struct Sizes {
     var w9Entities: Int
     var w10Events: Int
     var w11Kills: Int
+    var w11History: Int
     var w12Callers: Int
     var w12Requests: Int
     var w13Requests: Int
@@ -54,6 +55,7 @@ struct Sizes {
         w9Entities: 1_000_000,
         w10Events: 100_000,
         w11Kills: 5,
+        w11History: 100_000,
         w12Callers: 1_000,
         w12Requests: 100,
         w13Requests: 3_000,
@@ -76,6 +78,7 @@ struct Sizes {
         w9Entities: 20_000,
         w10Events: 5_000,
         w11Kills: 1,
+        w11History: 2_000,
         w12Callers: 100,
         w12Requests: 20,
         w13Requests: 100,

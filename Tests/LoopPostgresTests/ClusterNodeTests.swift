@@ -42,6 +42,38 @@ enum Counter {
     }
 }
 
+/// Entities with work under way when their total is odd: `resume` restarts a chore for them.
+enum Chores {
+    enum Effect: Sendable { case chore }
+
+    static let program = DurableProgram<Int, ClusterTally.Event, Effect>(
+        initial: 0,
+        update: Update { total, event in
+            switch event {
+            case .add(let amount): total += amount
+            }
+            return []
+        },
+        resume: { total in total % 2 == 1 ? [.chore] : [] }
+    )
+
+    static func node(_ database: String, _ name: String) async throws -> ClusterNode<Int, ClusterTally.Event, Effect> {
+        try await ClusterNode(
+            connecting: database,
+            name: name,
+            program: program,
+            effects: EffectRouter<Effect, ClusterTally.Event>().route({ $0 }, to: ClosureSyncEffectHandler { _, _ in }),
+            events: JSONCodec<ClusterTally.Event>(),
+            states: JSONCodec<Int>(),
+            configuration: .init(
+                heartbeat: .milliseconds(100),
+                membershipTimeout: .seconds(1),
+                releaseSettledAfter: .milliseconds(300)
+            )
+        )
+    }
+}
+
 @Suite("ClusterNode", .serialized)
 struct ClusterNodeTests {
     /// Sends `count` events, `.add(1)` each, round-robin over `entities` entities, through the inbox.
@@ -210,6 +242,49 @@ struct ClusterNodeTests {
             }
         }
         #expect(node.interruptions == 1)
+    }
+
+    /// Remembered work: settled entities are released and unmarked; a node taking the shards recovers
+    /// only the entities with work under way, not every stream the shards ever had.
+    @Test func aTakerRecoversOnlyTheEntitiesWithWorkUnderWay() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let a = try await Chores.node(database, "a")
+        let runningA = Task { try await a.run() }
+        // Entity i gets 1 when i is odd (work under way), 2 when even (settled).
+        let inbox = try await PostgresInbox(connecting: database)
+        let codec = JSONCodec<ClusterTally.Event>()
+        for index in 0..<100 {
+            try await inbox.send(try codec.encode(.add(index % 2 == 0 ? 2 : 1)), to: "entity-\(index)")
+        }
+        await inbox.close()
+        try await Self.eventually("the inbox to drain") {
+            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+        }
+        let unsettled = (0..<50).map { "entity-\($0 * 2 + 1)" }.sorted()
+        try await Self.eventually("the settled entities to be unmarked") {
+            try Self.query(database, "SELECT string_agg(stream, ',' ORDER BY stream) FROM effectloop.awake")
+                == unsettled.joined(separator: ",")
+        }
+        // Released from memory too.
+        #expect(a.state(of: "entity-0") == nil)
+        #expect(a.state(of: "entity-1") == 1)
+        a.stop()
+        try await runningA.value
+
+        let b = try await Chores.node(database, "b")
+        let runningB = Task { try await b.run() }
+        try await Self.eventually("b to own every shard and recover what it wakes") {
+            b.ownedShards.count == 64 && unsettled.allSatisfy { b.state(of: $0) == 1 }
+        }
+        #expect(b.recoveries == 50)
+        #expect(b.state(of: "entity-0") == nil)
+        // A settled entity sent an event later is recovered then, from its stream.
+        let more = try await PostgresInbox(connecting: database)
+        try await more.send(try codec.encode(.add(2)), to: "entity-0")
+        await more.close()
+        try await Self.eventually("entity-0 to be recovered") { b.state(of: "entity-0") == 4 }
+        b.stop()
+        try await runningB.value
     }
 
     /// An entity whose stream holds an event it cannot decode stops alone, reported; the node and the
