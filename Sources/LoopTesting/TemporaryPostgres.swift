@@ -76,9 +76,11 @@ public final class TemporaryPostgres: Sendable {
     }
 
     /// Starts a new server. `durable`: with `fsync` and synchronous commit on, as a production server
-    /// runs (for benchmarks); otherwise `fsync` is off. Stop it with ``stop()``; the watchdog stops it if
-    /// this process dies first.
-    public init(durable: Bool) throws(Unavailable) {
+    /// runs (for benchmarks); otherwise `fsync` is off. `listening`: an IP address to accept TCP
+    /// connections on as well (port 5432, any client, without a password), for tests that cut a network
+    /// link; by default the server listens on its Unix socket only. Stop it with ``stop()``; the watchdog
+    /// stops it if this process dies first.
+    public init(durable: Bool, listening address: String? = nil) throws(Unavailable) {
         guard let bin = Self.binDirectory() else {
             throw Unavailable(
                 description: "PostgreSQL's server programs (initdb, pg_ctl) are not installed: run `make deps`, "
@@ -96,10 +98,13 @@ public final class TemporaryPostgres: Sendable {
         var initdb = asUser + ["\(bin)/initdb", "-D", data, "-A", "trust", "-U", "effectloop", "-E", "UTF8"]
         if !durable { initdb.append("--no-sync") }
         let options =
-            "-k \(directory) -c listen_addresses='' -c max_connections=500"
+            "-k \(directory) -c listen_addresses='\(address ?? "")' -c max_connections=500"
             + (durable ? "" : " -c fsync=off")
         do throws(Unavailable) {
             try Self.run(initdb)
+            if address != nil {
+                try Self.run(["/bin/sh", "-c", "echo 'host all all 0.0.0.0/0 trust' >> \(data)/pg_hba.conf"])
+            }
             try Self.run(
                 asUser + [
                     "\(bin)/pg_ctl", "-D", data, "-l", directory + "/server.log", "-w", "-t", "60", "-o", options,

@@ -24,11 +24,14 @@ final class Child: @unchecked Sendable {
             .path
     }
 
-    init(_ arguments: [String], log: String) throws {
+    /// Starts `loop-bench` with `arguments`, through `wrapper` if given (`ip netns exec NAME`, which
+    /// runs it as the same process).
+    init(_ arguments: [String], log: String, wrapper: [String] = []) throws {
         self.log = log
         var failure: Int32 = 0
+        let command = wrapper + [Self.binary] + arguments
         guard
-            let pid = ChildProcess.spawn(Self.binary, [Self.binary] + arguments, output: .file(log), failure: &failure)
+            let pid = ChildProcess.spawn(command[0], command, output: .file(log), failure: &failure)
         else { throw CocoaError(.executableLoad) }
         self.pid = pid
     }
@@ -393,5 +396,171 @@ struct SplitMix {
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
+    }
+}
+
+/// A network namespace joined to this one by a pair of virtual Ethernet links, `10.213.X.1` on this
+/// side and `.2` on the other, so a process run inside it reaches a server here over TCP, and the link
+/// can be cut (set down: packets dropped, not refused) and restored. Removed when released.
+final class NetworkPartition: Sendable {
+    let namespace: String
+    let here: String
+    let there: String
+    private let link: String
+
+    /// Sets the namespace up, or returns `nil` where the machine does not allow it (not root, no `ip`).
+    init?() {
+        let id = Int(getpid()) % 200
+        namespace = "effectloop-\(getpid())"
+        link = "elr\(getpid())"
+        here = "10.213.\(id).1"
+        there = "10.213.\(id).2"
+        let peer = "eln\(getpid())"
+        guard Self.ip(["netns", "add", namespace]) else { return nil }
+        let steps = [
+            ["link", "add", link, "type", "veth", "peer", "name", peer],
+            ["link", "set", peer, "netns", namespace],
+            ["addr", "add", "\(here)/30", "dev", link],
+            ["link", "set", link, "up"],
+            ["-n", namespace, "addr", "add", "\(there)/30", "dev", peer],
+            ["-n", namespace, "link", "set", peer, "up"],
+            ["-n", namespace, "link", "set", "lo", "up"],
+        ]
+        for step in steps where !Self.ip(step) {
+            remove()
+            return nil
+        }
+    }
+
+    /// The command prefix that runs a program inside the namespace.
+    var wrapper: [String] { ["/usr/sbin/ip", "netns", "exec", namespace] }
+
+    /// Cuts the link (packets dropped from now on) or restores it.
+    func cut(_ cut: Bool) {
+        _ = Self.ip(["link", "set", link, cut ? "down" : "up"])
+    }
+
+    private func remove() {
+        _ = Self.ip(["link", "del", link])
+        _ = Self.ip(["netns", "del", namespace])
+    }
+
+    deinit {
+        remove()
+    }
+
+    /// Runs `ip` with `arguments`; whether it succeeded.
+    @discardableResult
+    static func ip(_ arguments: [String]) -> Bool {
+        guard geteuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/sbin/ip") else { return false }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return false }
+        process.waitUntilExit()
+        return process.terminationStatus == 0
+    }
+}
+
+extension ClusterEndToEndTests {
+    /// A node whose TCP connections to the database are cut (its link set down: packets dropped, not
+    /// refused, so nothing tells it) while its appends are under way: it cannot renew its lease, so the
+    /// other node ends its sessions and takes its shards within the lease timeout, and its appends go
+    /// nowhere. Restored, it finds its session gone and joins again; every event is committed once and
+    /// the other node's session never ends. Skipped where network namespaces are not allowed.
+    @Test(.timeLimit(.minutes(10)))
+    func aNodeCutOffByAPartitionLosesItsShardsWithinTheLease() async throws {
+        guard let partition = NetworkPartition() else {
+            print("skipped: network namespaces are not available here (needs root and `ip`)")
+            return
+        }
+        let server = try TemporaryPostgres(durable: false, listening: partition.here)
+        defer { server.stop() }
+        let database = try server.createDatabase()
+        let name = database.split(separator: " ").first { $0.hasPrefix("dbname=") } ?? ""
+        let remote = "host=\(partition.here) port=5432 user=effectloop \(name)"
+        await (try PostgresInbox(connecting: database)).close()
+        let logs = try Self.logDirectory("partition")
+        defer { try? FileManager.default.removeItem(atPath: logs) }
+        let cut = try Child(
+            ["cluster-node", "--postgres", remote, "--name", "cut", "--heartbeat-ms", "100", "--timeout-ms", "1500"],
+            log: "\(logs)/cut.log",
+            wrapper: partition.wrapper
+        )
+        let owner = try Self.node("owner", database: database, logs: logs)
+        let (entities, events) = Self.sanitized ? (50, 2_000) : (100, 6_000)
+        let producer = try Child(
+            [
+                "cluster-send", "--postgres", database, "--producer", "0", "--events", "\(events)", "--entities",
+                "\(entities)",
+            ],
+            log: "\(logs)/producer.log"
+        )
+        func committed() async throws -> Int {
+            Int(try await Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0
+        }
+        func locks(of name: String) async throws -> Int { try await Self.shardLocks(of: name, in: database) }
+        var reached = false
+        for _ in 0..<6_000 {
+            let (count, mine, others) = (
+                try await committed(), try await locks(of: "cut"), try await locks(of: "owner")
+            )
+            if count >= events / 5 && mine > 0 && others > 0 {
+                reached = true
+                break
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(reached, "the cluster never had both nodes working: \(cut.output)")
+        partition.cut(true)
+        let cutAt = ContinuousClock.now
+        var taken = false
+        for _ in 0..<3_000 {
+            if try await locks(of: "owner") == 64 {
+                taken = true
+                break
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let after = ContinuousClock.now - cutAt
+        #expect(taken, "the owner never took the cut-off node's shards")
+        // The lease is 1.5 s and the heartbeat 100 ms: about 1.8 s; a generous bound on this shared machine.
+        #expect(after < .seconds(10), "the shards were taken only after \(after)")
+        print("partition: shards taken after \(after)")
+        #expect(try await locks(of: "cut") == 0)
+        let produced = await producer.wait()
+        #expect(producer.endedWell(produced), "the producer failed: \(producer.output)")
+        for _ in 0..<6_000 {
+            if try await committed() >= events { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(try await committed() == events)
+        // Restored: the cut-off node finds its sessions ended and joins again.
+        partition.cut(false)
+        var rejoined = false
+        for _ in 0..<6_000 {
+            if try await locks(of: "cut") > 0 {
+                rejoined = true
+                break
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(rejoined, "the cut-off node never joined again: \(cut.output)")
+        owner.signal(SIGTERM)
+        cut.signal(SIGTERM)
+        let ownerStatus = await owner.wait()
+        #expect(owner.endedWell(ownerStatus), "the owner stopped: \(owner.output)")
+        #expect(!owner.output.contains("going on"), "\(owner.output)")
+        _ = await cut.wait()
+        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
+        #expect(try await committed() == events)
+        #expect(try await Self.query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(events)")
+        let broken = try await Self.query(
+            database,
+            "SELECT count(*) FROM (SELECT stream FROM effectloop.events GROUP BY stream HAVING max(version) <> count(*) OR min(version) <> 1) s"
+        )
+        #expect(broken == "0")
     }
 }
