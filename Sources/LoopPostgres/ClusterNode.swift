@@ -99,6 +99,8 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
 
     private struct Supervision {
         var current: ClusterSession<State, Event, Effect>
+        /// Whether `current` has ended (its counts are in the totals below; it owns nothing).
+        var ended = false
         var stopping = false
         var interruptions = 0
         var dispatched = 0
@@ -154,13 +156,16 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
 
     /// The shards the node owns now.
     public var ownedShards: Set<Int> {
-        supervision.withLock { $0.current }.ownedShards
+        let (current, ended) = supervision.withLock { ($0.current, $0.ended) }
+        return ended ? [] : current.ownedShards
     }
 
     /// How many inbox rows the node has handed to its entities, and how many it moved to `inbox_dead`.
     public var counts: (dispatched: Int, dead: Int) {
-        let (current, dispatched, dead) = supervision.withLock { ($0.current, $0.dispatched, $0.dead) }
-        let now = current.counts
+        let (current, ended, dispatched, dead) = supervision.withLock {
+            ($0.current, $0.ended, $0.dispatched, $0.dead)
+        }
+        let now = ended ? (dispatched: 0, dead: 0) : current.counts
         return (dispatched + now.dispatched, dead + now.dead)
     }
 
@@ -168,8 +173,8 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     /// for each of its entities that may have work under way, and once for each entity it is sent an
     /// event after releasing it.
     public var recoveries: Int {
-        let (current, recoveries) = supervision.withLock { ($0.current, $0.recoveries) }
-        return recoveries + current.recoveries
+        let (current, ended, recoveries) = supervision.withLock { ($0.current, $0.ended, $0.recoveries) }
+        return recoveries + (ended ? 0 : current.recoveries)
     }
 
     /// How many times the node lost its session with the database (the connection broke, the database
@@ -208,6 +213,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             let failure = await session.run(report: report)
             let (counted, recovered) = (session.counts, session.recoveries)
             let stopping = supervision.withLock { supervision in
+                supervision.ended = true
                 supervision.dispatched += counted.dispatched
                 supervision.dead += counted.dead
                 supervision.recoveries += recovered
@@ -255,6 +261,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                 )
                 let stopped = supervision.withLock { supervision in
                     supervision.current = session
+                    supervision.ended = false
                     return supervision.stopping
                 }
                 if stopped { session.stop() }
@@ -296,22 +303,22 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// The program's `resume`: an entity whose state resumes nothing is settled.
     private let resume: @Sendable (State) -> [Effect]
     private let shards: Int
-    private let ledger = Locked(Ledger())
+    private let ledger: Locked<Ledger>
     /// What the node holds and does, changed only by its own loop (and `stop`).
     private struct Ledger {
-        var owned: Set<Int> = []
-        var releasing: Set<Int> = []
+        /// The shards held and handed over, and the other nodes seen expired: changed only by
+        /// ``Ownership/update``, in ``tick()``.
+        var ownership: Ownership
         var shardOf: [String: Int] = [:]
         var inFlight: Set<Int64> = []
-        /// The other nodes seen with an expired lease, since when (a lease is ended after a grace).
-        var staleSince: [String: ContinuousClock.Instant] = [:]
         var stopping = false
         var dispatched = 0
         var dead = 0
         /// The entities whose data failure was reported.
         var reported: Set<String> = []
-        /// The streams of owned shards marked in `awake` (as far as this session knows).
-        var awake: Set<String> = []
+        /// The streams of owned shards marked in `awake` (as far as this session knows), with their
+        /// shard: forgotten with the shard when it is handed over (another node may clear them then).
+        var awake: [String: Int] = [:]
         /// When each marked entity was last sent an event or woken.
         var lastActive: [String: ContinuousClock.Instant] = [:]
     }
@@ -384,6 +391,9 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             throw ClusterError.superseded("another process joined the cluster as '\(name)'")
         }
         (shards, holder) = (found.shards, found.holder)
+        ledger = Locked(
+            Ledger(ownership: Ownership(node: name, shards: found.shards, grace: configuration.heartbeat * 2))
+        )
         // Every append checks, in its transaction, that this session still holds its stream's shard.
         store.fence(holder: holder, shards: shards)
         lease = LeaseKeeper(
@@ -406,7 +416,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
 
     /// The shards the session owns now.
     var ownedShards: Set<Int> {
-        ledger.withLock { $0.owned }
+        ledger.withLock { $0.ownership.owned }
     }
 
     /// How many inbox rows the session handed to its entities, and how many it moved to `inbox_dead`.
@@ -436,7 +446,8 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             let channel = "\(configuration.schema)_inbox"
             _ = try await control.run { connection throws(PostgresError) in try connection.execute("LISTEN \(channel)")
             }
-            while !ledger.withLock({ $0.stopping }) {
+            // A cancelled task stops the node as stop() does: it leaves gracefully.
+            while !ledger.withLock({ $0.stopping }) && !Task.isCancelled {
                 lease.turned()
                 let rows = try await tick()
                 lease.start(session: holder)
@@ -515,22 +526,31 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// One heartbeat: records the node, reads the membership, takes and releases shards, and reads the
     /// inbox rows of the shards it owns.
     private func tick() async throws -> [InboxRow] {
-        let (schema, name, shards, batch) = (configuration.schema, self.name, self.shards, configuration.batch)
+        let (schema, name, batch) = (configuration.schema, self.name, configuration.batch)
         let timeout = Int64(
             configuration.membershipTimeout.components.seconds * 1_000
                 + configuration.membershipTimeout.components.attoseconds / 1_000_000_000_000_000
         )
         let quietReleasing = releasable()
         let settled = settle()
-        let (owned, releasing, marks) = ledger.withLock { ($0.owned, $0.releasing, $0.awake) }
+        var begun = ledger.withLock { $0.ownership }
+        let (marks, failed) = ledger.withLock { (Set($0.awake.keys), $0.reported) }
         // A settled entity's mark is cleared below: a row read for it in the same heartbeat marks it again.
         let known = marks.subtracting(settled.map(\.0))
         let holder = self.holder
-        let grace = configuration.heartbeat * 2
-        let doomed = ledger.withLock { ledger in
-            ledger.staleSince.filter { ContinuousClock.now - $0.value >= grace }.map(\.key)
+        // The decisions are the ownership program's (`Ownership.update`); this heartbeat performs them.
+        var doomed: [String] = []
+        var unlock: Set<Int> = []
+        for effect in Ownership.update(&begun, .heartbeat(at: .now, quiet: quietReleasing)) {
+            switch effect {
+            case .endSessions(let nodes): doomed += nodes
+            case .unlock(let shards): unlock.formUnion(shards)
+            case .tryLock, .recover: break
+            }
         }
-        let outcome = try await control.run { connection throws(PostgresError) -> Tick in
+        let outcome = try await control.run {
+            [begun, doomed, unlock, failed] connection throws(PostgresError) -> Tick in
+            var view = begun
             // The connection must still be the session that holds the node's locks: one that was ended
             // (its lease expired) and connected again holds none, and must not count as this node.
             let session = try connection.execute("SELECT pg_backend_pid()::bigint")
@@ -602,18 +622,21 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             )
             var members: [String] = []
             for index in live.rows.indices { members.append(try live.text(index, 0)) }
-            if !members.contains(name) { members.append(name) }
-            let desired = ShardMap(shards: shards).shards(of: name, among: members)
+            var wanted: [Int] = []
+            for effect in Ownership.update(&view, .membership(members: members, expired: stale, at: .now)) {
+                if case .tryLock(let shards) = effect { wanted += shards }
+            }
             var taken: Set<Int> = []
-            for shard in desired.subtracting(owned).subtracting(releasing).sorted() {
+            for shard in wanted {
                 let locked = try connection.execute(
                     "SELECT pg_try_advisory_lock(hashtext($1), $2::integer)::integer::bigint",
                     [.text(schema), .int(Int64(shard))]
                 )
+                var held = false
                 if try locked.int(0, 0) == 1 {
                     do throws(PostgresError) {
                         try Self.awaitFence(of: shard, schema: schema, node: name, on: connection)
-                        taken.insert(shard)
+                        held = true
                     } catch {
                         if error.kind == .connection { throw error }
                         // The old owner's append could not be waited for or ended (another role, say):
@@ -624,8 +647,11 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                         )
                     }
                 }
+                for effect in Ownership.update(&view, held ? .locked(shard: shard) : .refused(shard: shard)) {
+                    if case .recover(let shard) = effect { taken.insert(shard) }
+                }
             }
-            for shard in quietReleasing.sorted() {
+            for shard in unlock.sorted() {
                 try connection.execute(
                     "SELECT pg_advisory_unlock(hashtext($1), $2::integer)",
                     [.text(schema), .int(Int64(shard))]
@@ -662,13 +688,20 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                     wake.append((try found.text(index, 0), Int(try found.int(index, 1))))
                 }
             }
-            let mine = owned.union(taken).subtracting(owned.subtracting(desired)).subtracting(releasing)
+            let mine = view.owned
             var rows: [InboxRow] = []
             if !mine.isEmpty {
                 let list = mine.sorted().map(String.init).joined(separator: ",")
+                // The rows of entities stopped by data they cannot read wait for a node that can (after a
+                // fix, a restart): read, they would fill every batch and starve the others.
+                var parameters: [PostgresValue] = [.int(Int64(batch))]
+                for stream in failed.sorted() { parameters.append(.text(stream)) }
+                let skip =
+                    failed.isEmpty
+                    ? "" : " AND stream NOT IN (\((2...(failed.count + 1)).map { "$\($0)" }.joined(separator: ",")))"
                 let found = try connection.execute(
-                    "SELECT id, stream, shard::bigint, payload FROM \(schema).inbox WHERE shard IN (\(list)) ORDER BY id LIMIT $1",
-                    [.int(Int64(batch))]
+                    "SELECT id, stream, shard::bigint, payload FROM \(schema).inbox WHERE shard IN (\(list))\(skip) ORDER BY id LIMIT $1",
+                    parameters
                 )
                 for index in found.rows.indices {
                     rows.append(
@@ -702,35 +735,26 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 )
             }
             return Tick(
-                desired: desired,
-                taken: taken,
-                released: quietReleasing,
+                ownership: view,
                 rows: rows,
                 wake: wake,
-                stale: stale,
-                marked: marked.map(\.0),
+                marked: marked,
                 cleared: settled.map(\.0)
             )
         }
         ledger.withLock { ledger in
-            ledger.owned.formUnion(outcome.taken)
-            // Shards another node should own now: handed over once their entities are quiet.
-            let handing = ledger.owned.subtracting(outcome.desired)
-            ledger.owned.subtract(handing)
-            ledger.releasing.formUnion(handing)
-            ledger.releasing.subtract(outcome.released)
+            ledger.ownership = outcome.ownership
             for (entity, shard) in outcome.wake { ledger.shardOf[entity] = shard }
             let now = ContinuousClock.now
-            ledger.awake.subtract(outcome.cleared)
-            for entity in outcome.cleared { ledger.lastActive[entity] = nil }
-            for entity in outcome.marked { ledger.awake.insert(entity) }
-            for (entity, _) in outcome.wake {
-                ledger.awake.insert(entity)
+            for entity in outcome.cleared {
+                ledger.awake[entity] = nil
+                ledger.lastActive[entity] = nil
+            }
+            for (entity, shard) in outcome.marked { ledger.awake[entity] = shard }
+            for (entity, shard) in outcome.wake {
+                ledger.awake[entity] = shard
                 ledger.lastActive[entity] = now
             }
-            var staleSince: [String: ContinuousClock.Instant] = [:]
-            for node in outcome.stale { staleSince[node] = ledger.staleSince[node] ?? .now }
-            ledger.staleSince = staleSince
         }
         for (entity, _) in outcome.wake { group.wake(entity) }
         return outcome.rows
@@ -797,7 +821,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             let seen = Set(rows.map(\.id))
             let horizon = rows.count < configuration.batch ? Int64.max : (rows.last?.id ?? Int64.max)
             ledger.inFlight = ledger.inFlight.filter { seen.contains($0) || $0 > horizon }
-            for row in rows where !ledger.inFlight.contains(row.id) && ledger.owned.contains(row.shard) {
+            for row in rows where !ledger.inFlight.contains(row.id) && ledger.ownership.owned.contains(row.shard) {
                 // A row the store would refuse (a name it cannot index, say) must not reach a batch of
                 // appends, where it would fail the others and stop the entity: it goes to the dead letters.
                 if let problem = PostgresEventStore.problem(with: [row.payload], stream: row.stream) {
@@ -848,34 +872,49 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         let now = ContinuousClock.now
         let candidates = ledger.withLock { ledger -> [(String, Int)] in
             var candidates: [(String, Int)] = []
-            for entity in ledger.awake where candidates.count < 1_000 {
-                guard let last = ledger.lastActive[entity], now - last >= idle,
-                    let shard = ledger.shardOf[entity], ledger.owned.contains(shard)
-                else { continue }
-                candidates.append((entity, shard))
+            for (entity, shard) in ledger.awake where ledger.ownership.owned.contains(shard) {
+                // Marked but never sent an event here (its row dead-lettered, say): idle from now.
+                guard let last = ledger.lastActive[entity] else {
+                    ledger.lastActive[entity] = now
+                    continue
+                }
+                if now - last >= idle { candidates.append((entity, shard)) }
             }
             return candidates
         }
         var settled: [(String, Int)] = []
+        var busy: [String] = []
         for (entity, shard) in candidates {
-            // A failed entity, or one not recovered yet, has no state here: it stays marked.
-            guard let state = group.state(of: entity), resume(state).isEmpty, group.passivate(entity) else { continue }
+            guard settled.count < 1_000 else { break }
+            // A failed entity, one not recovered yet, or one with work under way stays marked, and is
+            // looked at again after another idle period (so entities that never settle do not hold back
+            // those that do).
+            guard let state = group.state(of: entity), resume(state).isEmpty, group.passivate(entity) else {
+                busy.append(entity)
+                continue
+            }
             settled.append((entity, shard))
+        }
+        if !busy.isEmpty {
+            ledger.withLock { ledger in
+                for entity in busy where ledger.awake[entity] != nil { ledger.lastActive[entity] = now }
+            }
         }
         return settled
     }
 
     /// The shards being handed over whose entities are all passivated now (their events committed).
     private func releasable() -> Set<Int> {
-        let (releasing, shardOf) = ledger.withLock { ($0.releasing, $0.shardOf) }
+        let (releasing, shardOf) = ledger.withLock { ($0.ownership.releasing, $0.shardOf) }
         guard !releasing.isEmpty else { return [] }
         var quiet = releasing
         for (entity, shard) in shardOf where releasing.contains(shard) {
             if group.state(of: entity) != nil && !group.passivate(entity) { quiet.remove(shard) }
         }
         ledger.withLock { ledger in
-            for (entity, shard) in ledger.shardOf where quiet.contains(shard) {
-                ledger.awake.remove(entity)
+            // Another node owns these shards' marks from now on.
+            for (entity, shard) in ledger.awake where quiet.contains(shard) {
+                ledger.awake[entity] = nil
                 ledger.lastActive[entity] = nil
             }
             ledger.shardOf = ledger.shardOf.filter { !quiet.contains($0.value) }
@@ -906,15 +945,12 @@ struct InboxRow: Sendable {
 
 /// What one heartbeat found and did.
 struct Tick: Sendable {
-    var desired: Set<Int>
-    var taken: Set<Int>
-    var released: Set<Int>
+    /// The ownership view after the heartbeat.
+    var ownership: Ownership
     var rows: [InboxRow]
     var wake: [(String, Int)]
-    /// The other nodes whose lease had expired while their session lived on.
-    var stale: [String]
-    /// The streams marked in `awake` before their rows were sent.
-    var marked: [String]
+    /// The streams marked in `awake` before their rows were sent, with their shards.
+    var marked: [(String, Int)]
     /// The streams whose mark was cleared (settled and released).
     var cleared: [String]
 }
