@@ -76,6 +76,25 @@ func scratchStore(_ name: String) -> String {
     return path
 }
 
+/// Appends `each` to `streams` new streams of `store` (named by `name`), 64 appends at a time.
+func fill(
+    _ store: FileEventStore,
+    streams: Int,
+    each: [[UInt8]],
+    name: @escaping @Sendable (Int) -> String
+) async throws {
+    try await withThrowingTaskGroup(of: Void.self) { tasks in
+        for worker in 0..<64 {
+            tasks.addTask {
+                for stream in stride(from: worker, to: streams, by: 64) {
+                    _ = try await store.append(each, to: name(stream), expecting: 0)
+                }
+            }
+        }
+        try await tasks.waitForAll()
+    }
+}
+
 extension Workloads {
     /// w7: events sent to 10,000 durable entities on the file store, each durable (fdatasync'd) before
     /// its effect runs. Raw: the same bytes written in the same batches, one fdatasync per batch.
@@ -143,20 +162,7 @@ extension Workloads {
         let payload = try codec.encode(.add(1))
         do {
             let store = try FileEventStore(directory: directory)
-            try await withThrowingTaskGroup(of: Void.self) { tasks in
-                for worker in 0..<64 {
-                    tasks.addTask {
-                        for entity in stride(from: worker, to: entities, by: 64) {
-                            _ = try await store.append(
-                                Array(repeating: payload, count: perEntity),
-                                to: "\(entity)",
-                                expecting: 0
-                            )
-                        }
-                    }
-                }
-                try await tasks.waitForAll()
-            }
+            try await fill(store, streams: entities, each: Array(repeating: payload, count: perEntity)) { "\($0)" }
             await store.close()
         }
         var rates: [Double] = []

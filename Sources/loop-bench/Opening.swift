@@ -19,19 +19,8 @@ extension Workloads {
         var versions = [UInt64](repeating: UInt64(perStream), count: streams)
         do {
             let store = try FileEventStore(directory: directory)
-            try await withThrowingTaskGroup(of: Void.self) { tasks in
-                for worker in 0..<64 {
-                    tasks.addTask {
-                        for stream in stride(from: worker, to: streams, by: 64) {
-                            _ = try await store.append(
-                                Array(repeating: payload, count: perStream),
-                                to: "stream-\(stream)",
-                                expecting: 0
-                            )
-                        }
-                    }
-                }
-                try await tasks.waitForAll()
+            try await fill(store, streams: streams, each: Array(repeating: payload, count: perStream)) {
+                "stream-\($0)"
             }
             await store.close()
         }

@@ -125,6 +125,33 @@ struct ClusterEndToEndTests {
         ) ?? 0
     }
 
+    /// Checks `condition` every `interval`, at most `attempts` times; whether it came true. A guard
+    /// against a hang, not a timing.
+    static func poll(
+        _ attempts: Int,
+        every interval: Duration = .milliseconds(10),
+        _ condition: () async throws -> Bool
+    ) async throws -> Bool {
+        for _ in 0..<attempts {
+            if try await condition() { return true }
+            try await Task.sleep(for: interval)
+        }
+        return false
+    }
+
+    /// The inbox is empty and every one of its `events` rows became exactly one event, with no gap and no
+    /// duplicate version in any stream.
+    static func expectEveryRowOnce(_ database: String, events: Int) async throws {
+        #expect(try await query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
+        #expect(try await query(database, "SELECT count(*) FROM effectloop.events") == "\(events)")
+        #expect(try await query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(events)")
+        let broken = try await query(
+            database,
+            "SELECT count(*) FROM (SELECT stream FROM effectloop.events GROUP BY stream HAVING max(version) <> count(*) OR min(version) <> 1) s"
+        )
+        #expect(broken == "0")
+    }
+
     /// A cluster node process on `database` (heartbeat 100 ms, membership timeout 1.5 s), logging to
     /// `logs/NAME.log`.
     static func node(_ name: String, database: String, logs: String) throws -> Child {
@@ -189,15 +216,7 @@ struct ClusterEndToEndTests {
             #expect(child.endedWell(status), "a node did not stop cleanly: \(child.output)")
         }
         // Processed equals accepted: every inbox row became exactly one event.
-        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
-        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.events") == "\(total)")
-        #expect(try await Self.query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(total)")
-        // No gap and no duplicate version in any stream.
-        let broken = try await Self.query(
-            database,
-            "SELECT count(*) FROM (SELECT stream FROM effectloop.events GROUP BY stream HAVING max(version) <> count(*) OR min(version) <> 1) s"
-        )
-        #expect(broken == "0")
+        try await Self.expectEveryRowOnce(database, events: total)
         // Each entity's state, replayed from its stream (each payload is the inbox row's id, 9 bytes, then
         // the event's JSON), is the pure replay of what was sent to it.
         var expected = [Int](repeating: 0, count: Self.entities)
@@ -313,17 +332,12 @@ extension ClusterEndToEndTests {
             Int(try await Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0
         }
         func locks(of name: String) async throws -> Int { try await Self.shardLocks(of: name, in: database) }
-        var reached = false
-        for _ in 0..<6_000 {
+        let reached = try await Self.poll(6_000) {
             // Both nodes hold shards, so the stale one has appends of its own under way.
             let (count, stale, owner) = (
                 try await committed(), try await locks(of: "stale"), try await locks(of: "owner")
             )
-            if count >= pauseAt && stale > 0 && owner > 0 {
-                reached = true
-                break
-            }
-            try await Task.sleep(for: .milliseconds(10))
+            return count >= pauseAt && stale > 0 && owner > 0
         }
         #expect(reached, "the cluster never reached \(pauseAt) events with both nodes holding shards")
         stale.signal(SIGSTOP)
@@ -334,14 +348,7 @@ extension ClusterEndToEndTests {
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'effectloop node stale'"
             )
         }
-        var taken = false
-        for _ in 0..<3_000 {
-            if try await locks(of: "owner") == 64 {
-                taken = true
-                break
-            }
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        let taken = try await Self.poll(3_000) { try await locks(of: "owner") == 64 }
         #expect(taken, "the owner never took the paused node's shards")
         // Printed, not asserted (the machine is shared): the lease is 1.5 s and the heartbeat 100 ms.
         print(
@@ -352,21 +359,11 @@ extension ClusterEndToEndTests {
         // between the owner's reading of a stream and its first append to it.
         stale.signal(SIGCONT)
         // Its session ends (fenced, or its lock session gone) and it joins again: it takes shards back.
-        var rejoined = false
-        for _ in 0..<3_000 {
-            if try await locks(of: "stale") > 0 {
-                rejoined = true
-                break
-            }
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        let rejoined = try await Self.poll(3_000) { try await locks(of: "stale") > 0 }
         #expect(rejoined, "the stale node never joined again: \(stale.output)")
         let produced = await producer.wait()
         #expect(producer.endedWell(produced), "the producer failed: \(producer.output)")
-        for _ in 0..<6_000 {
-            if try await committed() >= events { break }
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        _ = try await Self.poll(6_000, every: .milliseconds(20)) { try await committed() >= events }
         owner.signal(SIGTERM)
         stale.signal(SIGTERM)
         let ownerStatus = await owner.wait()
@@ -375,14 +372,7 @@ extension ClusterEndToEndTests {
         #expect(!owner.output.contains("going on"), "\(owner.output)")
         let staleStatus = await stale.wait()
         #expect(stale.endedWell(staleStatus) || staleStatus == nil, "the stale node failed: \(stale.output)")
-        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
-        #expect(try await committed() == events)
-        #expect(try await Self.query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(events)")
-        let broken = try await Self.query(
-            database,
-            "SELECT count(*) FROM (SELECT stream FROM effectloop.events GROUP BY stream HAVING max(version) <> count(*) OR min(version) <> 1) s"
-        )
-        #expect(broken == "0")
+        try await Self.expectEveryRowOnce(database, events: events)
     }
 }
 
@@ -502,28 +492,16 @@ extension ClusterEndToEndTests {
             Int(try await Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0
         }
         func locks(of name: String) async throws -> Int { try await Self.shardLocks(of: name, in: database) }
-        var reached = false
-        for _ in 0..<6_000 {
+        let reached = try await Self.poll(6_000) {
             let (count, mine, others) = (
                 try await committed(), try await locks(of: "cut"), try await locks(of: "owner")
             )
-            if count >= events / 5 && mine > 0 && others > 0 {
-                reached = true
-                break
-            }
-            try await Task.sleep(for: .milliseconds(10))
+            return count >= events / 5 && mine > 0 && others > 0
         }
         #expect(reached, "the cluster never had both nodes working: \(cut.output)")
         partition.cut(true)
         let cutAt = ContinuousClock.now
-        var taken = false
-        for _ in 0..<3_000 {
-            if try await locks(of: "owner") == 64 {
-                taken = true
-                break
-            }
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        let taken = try await Self.poll(3_000) { try await locks(of: "owner") == 64 }
         let after = ContinuousClock.now - cutAt
         #expect(taken, "the owner never took the cut-off node's shards")
         // The lease is 1.5 s and the heartbeat 100 ms: about 1.8 s; a generous bound on this shared machine.
@@ -532,21 +510,11 @@ extension ClusterEndToEndTests {
         #expect(try await locks(of: "cut") == 0)
         let produced = await producer.wait()
         #expect(producer.endedWell(produced), "the producer failed: \(producer.output)")
-        for _ in 0..<6_000 {
-            if try await committed() >= events { break }
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        _ = try await Self.poll(6_000, every: .milliseconds(20)) { try await committed() >= events }
         #expect(try await committed() == events)
         // Restored: the cut-off node finds its sessions ended and joins again.
         partition.cut(false)
-        var rejoined = false
-        for _ in 0..<6_000 {
-            if try await locks(of: "cut") > 0 {
-                rejoined = true
-                break
-            }
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        let rejoined = try await Self.poll(6_000, every: .milliseconds(20)) { try await locks(of: "cut") > 0 }
         #expect(rejoined, "the cut-off node never joined again: \(cut.output)")
         owner.signal(SIGTERM)
         cut.signal(SIGTERM)
@@ -554,13 +522,6 @@ extension ClusterEndToEndTests {
         #expect(owner.endedWell(ownerStatus), "the owner stopped: \(owner.output)")
         #expect(!owner.output.contains("going on"), "\(owner.output)")
         _ = await cut.wait()
-        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
-        #expect(try await committed() == events)
-        #expect(try await Self.query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(events)")
-        let broken = try await Self.query(
-            database,
-            "SELECT count(*) FROM (SELECT stream FROM effectloop.events GROUP BY stream HAVING max(version) <> count(*) OR min(version) <> 1) s"
-        )
-        #expect(broken == "0")
+        try await Self.expectEveryRowOnce(database, events: events)
     }
 }
