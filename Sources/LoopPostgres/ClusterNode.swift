@@ -39,7 +39,7 @@ internal import LoopRuntime
 ///   stay in the inbox for the shards' next owner. The node connects again with backoff and joins as a
 ///   new session (see ``run(report:)``). It stops on its own only after ``Configuration/outageLimit``
 ///   without the database, or when another process joined under its name; an entity stopped by data it
-///   cannot read is reported and the rest go on.
+///   cannot read is reported, tried again with backoff, and the rest go on.
 public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
     /// How a node paces itself.
     public struct Configuration: Sendable {
@@ -200,7 +200,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     ///
     /// - Parameter report: called with each failure the node rides out: a lost session (before it joins
     ///   again), or an entity stopped by data it cannot read (``ClusterError/entityFailed(stream:reason:)``;
-    ///   that entity refuses events until the node restarts, the others go on).
+    ///   that entity is tried again with backoff, the others go on).
     /// - Throws: ``ClusterError`` when the node gave up.
     public func run(report: @escaping @Sendable (ClusterError) -> Void = { _ in }) async throws {
         var session = supervision.withLock { $0.current }
@@ -314,8 +314,8 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         var stopping = false
         var dispatched = 0
         var dead = 0
-        /// The entities whose data failure was reported.
-        var reported: Set<String> = []
+        /// The entities stopped by data they cannot read: retried with backoff.
+        var failed: [String: Retry] = [:]
         /// The streams of owned shards marked in `awake` (as far as this session knows), with their
         /// shard: forgotten with the shard when it is handed over (another node may clear them then).
         var awake: [String: Int] = [:]
@@ -483,8 +483,18 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         return failure
     }
 
+    /// An entity stopped by data it cannot read: how often, and when it is tried again.
+    private struct Retry {
+        var attempts = 0
+        var at = ContinuousClock.now
+        /// Failed now (its rows are not read); otherwise being tried again.
+        var failing = false
+    }
+
     /// Looks at the entities that failed: returns the failure that ends the session, if one does, and
-    /// reports the others once.
+    /// reports each other failure as it happens. Those entities are tried again after the membership
+    /// timeout, twice as long after each further failure, up to 64 times it: the group forgets the
+    /// failure, and their rows are read again (their next event recovers them anew).
     ///
     /// Told apart by type: a fenced append, or a stream another writer moved on, means the node lost
     /// the shard; the store unavailable means the database or the connection failed: both end the
@@ -492,6 +502,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// that does not encode) would stop it wherever it ran: it stops that entity only.
     private func failures(report: @Sendable (ClusterError) -> Void) -> ClusterError? {
         let failed = group.failedStreams
+        retryDue()
         guard !failed.isEmpty else { return nil }
         var fresh: [(String, DurableFailure)] = []
         for (stream, failure) in failed.sorted(by: { $0.key < $1.key }) {
@@ -507,13 +518,32 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 fresh.append((stream, failure))
             }
         }
+        let base = configuration.membershipTimeout
         let unreported = ledger.withLock { ledger in
-            let unreported = fresh.filter { !ledger.reported.contains($0.0) }
-            ledger.reported.formUnion(unreported.map(\.0))
+            var unreported: [(String, DurableFailure)] = []
+            for (stream, failure) in fresh where ledger.failed[stream]?.failing != true {
+                var retry = ledger.failed[stream] ?? Retry()
+                retry.attempts += 1
+                retry.failing = true
+                retry.at = .now + base * (1 << min(retry.attempts - 1, 6))
+                ledger.failed[stream] = retry
+                unreported.append((stream, failure))
+            }
             return unreported
         }
         for (stream, failure) in unreported { report(.entityFailed(stream: stream, reason: failure.description)) }
         return nil
+    }
+
+    /// Lets the failed entities whose retry is due start again.
+    private func retryDue() {
+        let now = ContinuousClock.now
+        let due = ledger.withLock { ledger -> [String] in
+            let due = ledger.failed.filter { $0.value.failing && $0.value.at <= now }.map(\.key)
+            for stream in due { ledger.failed[stream]?.failing = false }
+            return due
+        }
+        for stream in due { group.forgetFailure(of: stream) }
     }
 
     /// Asks the session to leave the cluster; ``run(report:)`` returns once it has.
@@ -534,7 +564,9 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         let quietReleasing = releasable()
         let settled = settle()
         var begun = ledger.withLock { $0.ownership }
-        let (marks, failed) = ledger.withLock { (Set($0.awake.keys), $0.reported) }
+        let (marks, failed) = ledger.withLock { ledger in
+            (Set(ledger.awake.keys), Set(ledger.failed.filter(\.value.failing).keys))
+        }
         // A settled entity's mark is cleared below: a row read for it in the same heartbeat marks it again.
         let known = marks.subtracting(settled.map(\.0))
         let holder = self.holder
@@ -967,8 +999,10 @@ public enum ClusterError: Error, Hashable, Sendable, CustomStringConvertible {
     /// session ends, and the node joins again.
     case storeFailed(stream: String, reason: String)
     /// The entity of `stream` stopped on data it cannot read (an event or snapshot that does not decode,
-    /// damage, an event that does not encode): reported, not thrown; the entity refuses events until the
-    /// node restarts, the node and its other entities go on.
+    /// damage, an event that does not encode): reported, not thrown. The node and its other entities go
+    /// on; that entity's rows wait in the inbox, and it is tried again after the membership timeout
+    /// (twice as long after each further failure, up to 64 times it), so a fixed record or a new release
+    /// lets it go on.
     case entityFailed(stream: String, reason: String)
     /// Another process joined the cluster under this node's name (a restart while this one was paused
     /// or cut off): this one stops.

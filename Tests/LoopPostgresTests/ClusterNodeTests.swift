@@ -324,11 +324,27 @@ struct ClusterNodeTests {
         }
         #expect(stream == "entity-bad")
         #expect(node.interruptions == 0)
-        // Its rows stay in the inbox, for a node that can read the stream (after a fix, a restart).
+        // Its rows stay in the inbox meanwhile.
         #expect(try Self.query(database, "SELECT count(*) FROM effectloop.inbox WHERE stream = 'entity-bad'") == "10")
+        // The record is fixed (an event the program reads): the entity is tried again and goes on.
+        let event = try InboxedCodec(JSONCodec<Counter.Event>()).encode(Inboxed(inbox: nil, event: .add(1)))
+        let hex = event.map { String($0, radix: 16) }.map { $0.count == 1 ? "0" + $0 : $0 }.joined()
+        _ = try Self.query(
+            database,
+            "UPDATE effectloop.events SET payload = '\\x\(hex)'::bytea WHERE stream = 'entity-bad'"
+        )
+        try await Self.eventually("the entity to be tried again and take its rows") {
+            try Self.query(database, "SELECT count(*) FROM effectloop.events WHERE stream = 'entity-bad'") == "11"
+        }
+        #expect(node.state(of: "entity-bad") == 11)
         node.stop()
         try await running.value
-        #expect(reports.all.count == 1)
+        // Reported once per failure: once, or again if a retry came before the fix.
+        #expect(
+            reports.all.allSatisfy {
+                if case .entityFailed("entity-bad", _) = $0 { true } else { false }
+            }
+        )
     }
 
     /// A node's appends carry proof that it still holds their shards: once its lock session is gone

@@ -390,9 +390,18 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     }
 
     /// The streams whose entities failed, with why. Such an entity refuses events until the process
-    /// restarts.
+    /// restarts, or until ``forgetFailure(of:)``.
     public var failedStreams: [String: DurableFailure] {
         failures.reasons.withLock { $0 }
+    }
+
+    /// Lets the entity `id`, stopped by a failure, start again: its next event (or ``wake(_:)``) recovers
+    /// it from its stream anew, as after a restart. For a supervisor that retries a failed entity once
+    /// the cause may be gone (a fixed record, a new release); if it fails again, it is in
+    /// ``failedStreams`` again. Returns whether it had failed.
+    @discardableResult
+    public func forgetFailure(of id: ID) -> Bool {
+        failures.forget(streamOf(id))
     }
 
     /// What the programs have done so far (once stopped, how the group stopped): their own events and
@@ -506,6 +515,16 @@ final class Failures: Sendable {
     @Sendable func record(stream: String, reason: DurableFailure) {
         reasons.withLock { $0[stream] = reason }
         any.store(true, ordering: .releasing)
+    }
+
+    /// Removes `stream`'s failure; whether there was one. The flag is lowered under the lock, only when
+    /// none is left: a failure recorded meanwhile raises it again after its insertion.
+    func forget(_ stream: String) -> Bool {
+        reasons.withLock { reasons in
+            let removed = reasons.removeValue(forKey: stream) != nil
+            if reasons.isEmpty { any.store(false, ordering: .releasing) }
+            return removed
+        }
     }
 }
 
