@@ -78,6 +78,36 @@ struct OwnershipTests {
         #expect(a.staleSince.isEmpty)
     }
 
+    /// b should own a shard a still holds (a is handing it over when it crashes): b's lock is refused
+    /// until a's session ends with the crash; then b takes it at its next heartbeat.
+    @Test func aHandoffInterruptedByACrashEndsWithTheShardTaken() {
+        var b = view("b")
+        let theirs = b.map.shards(of: "b", among: ["a", "b"])
+        let shard = theirs.sorted()[0]
+        _ = feed(&b, .membership(members: ["a", "b"], expired: [], at: start))
+        #expect(feed(&b, .refused(shard: shard)) == [])
+        #expect(!b.owned.contains(shard))
+        // a crashed mid-handoff: its session, and the lock, are gone; it is no longer a member.
+        let retry = feed(&b, .membership(members: ["b"], expired: [], at: start + .milliseconds(100)))
+        guard case .tryLock(let shards)? = retry.first else {
+            Issue.record("tried nothing: \(retry)")
+            return
+        }
+        #expect(shards.contains(shard))
+        #expect(feed(&b, .locked(shard: shard)) == [.recover(shard: shard)])
+        #expect(b.owned.contains(shard))
+    }
+
+    /// A node paused past its lease: the others end its session (so its locks are gone at the
+    /// database) and take its shards; its own view, still claiming them, is discarded with its session
+    /// (the node joins again with a new view, which claims nothing until it locks).
+    @Test func aNewSessionClaimsNothingUntilItLocks() {
+        var fresh = view()
+        _ = feed(&fresh, .membership(members: ["a", "b"], expired: [], at: start))
+        #expect(fresh.owned.isEmpty && fresh.releasing.isEmpty)
+        #expect(!fresh.desired.isEmpty)
+    }
+
     @Test func aNodeNeverEndsItsOwnSession() {
         var a = view()
         _ = feed(&a, .membership(members: [], expired: ["a"], at: start))
