@@ -439,18 +439,23 @@ final class NetworkPartition: Sendable {
         remove()
     }
 
-    /// Runs `ip` with `arguments`; whether it succeeded.
+    /// Runs `ip` with `arguments`; whether it succeeded. Spawned directly: Foundation's `Process` leaves
+    /// a weak reference's side table behind, which LeakSanitizer reports now and then.
     @discardableResult
     static func ip(_ arguments: [String]) -> Bool {
-        guard geteuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/sbin/ip") else { return false }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
-        process.arguments = arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { return false }
-        process.waitUntilExit()
-        return process.terminationStatus == 0
+        guard geteuid() == 0, access("/usr/sbin/ip", X_OK) == 0 else { return false }
+        var failure: Int32 = 0
+        guard
+            let pid = ChildProcess.spawn(
+                "/usr/sbin/ip",
+                ["/usr/sbin/ip"] + arguments,
+                output: .discarded,
+                failure: &failure
+            )
+        else { return false }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        return status == 0
     }
 }
 
