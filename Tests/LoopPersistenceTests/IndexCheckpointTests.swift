@@ -212,10 +212,10 @@ import Glibc
             withUnsafeBytes(of: UInt64(body.count).littleEndian) { bytes += $0 }
             return bytes
         }
-        // The first stream's entry: after the header (25 bytes and 12 per log file) its name's length,
+        // The first stream's entry: after the header (26 bytes and 12 per log file) its name's length,
         // its name, its version, then where its last record is.
-        let files = Int(checkpoint[21]) | Int(checkpoint[22]) << 8
-        let entry = 25 + 12 * files
+        let files = Int(checkpoint[22]) | Int(checkpoint[23]) << 8
+        let entry = 26 + 12 * files
         let nameLength = Int(checkpoint[entry]) | Int(checkpoint[entry + 1]) << 8
         let version = entry + 4 + nameLength
         let tail = version + 8
@@ -223,9 +223,9 @@ import Glibc
             ("a last record past the end of its log file", resealed { $0[tail + 4] = 0xFF }),
             ("a last record in a log file it does not cover", resealed { $0[tail + 7] = 0x7F }),
             ("a version of 2^62 and more", resealed { $0[version + 7] = 0x40 }),
-            ("one event more than its streams hold", resealed { $0[5] &+= 1 }),
-            ("a stream fewer than it says", resealed { $0[13] &+= 1 }),
-            ("a log file's committed length past its end", resealed { $0[25] &+= 1 }),
+            ("one event more than its streams hold", resealed { $0[6] &+= 1 }),
+            ("a stream fewer than it says", resealed { $0[14] &+= 1 }),
+            ("a log file's committed length past its end", resealed { $0[26] &+= 1 }),
             ("another format", resealed { $0[4] = 9 }),
             ("an entry cut short", resealed { $0.removeLast(3) }),
         ]

@@ -54,19 +54,26 @@ public final class FileEventStore: AppendingWithCompletion {
         /// checksum as it goes (what `loop-demo replay --store` does); a checkpoint that does not fit is
         /// never used either way. See ``Recovery/checkpoint``.
         public var indexCheckpoint: Bool
+        /// Which events the store keeps. With ``Retention/afterSnapshots(_:)``, a background compaction
+        /// removes the rest: whenever a log file is sealed, the oldest log files whose records are at
+        /// least half gone are emptied (the records a stream still keeps are copied to the end of the
+        /// log) and deleted. See ``compact()``.
+        public var retention: Retention
 
         /// Options with the defaults: 64 MiB log files, read and write, no loss accepted, opening from the
-        /// index checkpoint.
+        /// index checkpoint, every event kept.
         public init(
             segmentBytes: Int = 64 * 1_024 * 1_024,
             readOnly: Bool = false,
             acceptLoss: Bool = false,
-            indexCheckpoint: Bool = true
+            indexCheckpoint: Bool = true,
+            retention: Retention = .keepAll
         ) {
             self.segmentBytes = segmentBytes
             self.readOnly = readOnly
             self.acceptLoss = acceptLoss
             self.indexCheckpoint = indexCheckpoint
+            self.retention = retention
         }
     }
 
@@ -86,11 +93,12 @@ public final class FileEventStore: AppendingWithCompletion {
 
     /// What opening the store found.
     public struct Recovery: Hashable, Sendable {
-        /// The log files read.
+        /// The log files read (those compaction removed not counted).
         public var segments: Int
         /// The streams found.
         public var streams: Int
-        /// The events found, over every stream.
+        /// The events of every stream: the sum of their versions (counting events a retention policy
+        /// removed).
         public var events: UInt64
         /// A torn tail cut off the last log file, if there was one: a write that did not finish, so
         /// never acknowledged. A store opened read-only cuts nothing: this is then the part it did not
@@ -187,10 +195,14 @@ public final class FileEventStore: AppendingWithCompletion {
     public let directory: String
 
     private let options: Options
+    /// How many snapshots of a stream the index keeps track of (checkpoints say so).
+    private let tracked: Int
     private let io: any StoreIO
     private let writer = DispatchQueue(label: "FileEventStore.writer")
     /// Writes index checkpoints, one at a time, beside the writer.
     private let checkpointer = DispatchQueue(label: "FileEventStore.checkpointer", qos: .utility)
+    /// Runs compaction passes, one at a time, beside the writer.
+    private let compactor = DispatchQueue(label: "FileEventStore.compactor", qos: .utility)
     private let shared: Locked<Shared>
     private let lockDescriptor: Int32
     /// The directory itself, locked too: a lock file can be deleted (and a new one made and locked by
@@ -212,6 +224,7 @@ public final class FileEventStore: AppendingWithCompletion {
         }
         self.directory = directory
         self.options = options
+        tracked = options.retention.trackedSnapshots
         self.io = io
         if options.readOnly {
             (lockDescriptor, directoryDescriptor) = (-1, -1)
@@ -226,8 +239,8 @@ public final class FileEventStore: AppendingWithCompletion {
         do throws(EventStoreError) {
             var opened = try Self.recover(directory: directory, io: io, options: options)
             descriptors = opened.segments
-            if opened.segments.isEmpty {
-                let descriptor = try Files.openFile(Self.path(of: 0, in: directory), create: true)
+            if opened.segments.count == opened.first {
+                let descriptor = try Files.openFile(Self.path(of: opened.segments.count, in: directory), create: true)
                 opened.segments.append(descriptor)
                 descriptors = opened.segments
                 opened.size = 0
@@ -251,8 +264,9 @@ public final class FileEventStore: AppendingWithCompletion {
 
     deinit {
         shared.withLock { shared in
-            for descriptor in shared.segments { Files.release(descriptor) }
+            for descriptor in shared.segments + shared.retired where descriptor >= 0 { Files.release(descriptor) }
             shared.segments = []
+            shared.retired = []
         }
         if lockDescriptor >= 0 { Files.release(lockDescriptor) }
         if directoryDescriptor >= 0 { Files.release(directoryDescriptor) }
@@ -271,6 +285,8 @@ public final class FileEventStore: AppendingWithCompletion {
         }
         guard let queued else { return }
         for operation in queued { operation.finish(.failure(Self.closedError)) }
+        // A compaction pass under way stops at its next step (its reads and writes now fail).
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in compactor.async { done.resume() } }
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             writer.async {
                 // Runs after any flush already scheduled on the writer: nothing writes after this.
@@ -365,15 +381,49 @@ public final class FileEventStore: AppendingWithCompletion {
 
     /// See ``EventStore/read(_:after:limit:)``.
     public func read(_ stream: String, after version: UInt64, limit: Int) async throws -> [StoredEvent] {
-        let (entry, segments) = try view(of: stream)
-        guard let entry, version < entry.version, limit > 0 else { return [] }
+        try reading(stream) { (entry, segments) throws(EventStoreError) in
+            guard let entry else { return [] }
+            let kept = entry.retainedAfter(keep: options.retention.keptSnapshots)
+            guard version >= kept || version >= entry.version else {
+                throw EventStoreError(
+                    .invalid(
+                        reason:
+                            "events up to version \(kept) are not kept (\(options.retention)): read after \(kept) or later"
+                    ),
+                    stream: stream
+                )
+            }
+            return try events(of: stream, entry: entry, segments: segments, after: version, limit: limit)
+        }
+    }
+
+    /// The events of `stream` (whose index entry is `entry`) after `version`, at most `limit`, read from
+    /// the log files open as `segments`.
+    private func events(
+        of stream: String,
+        entry: StreamEntry,
+        segments: [Int32],
+        after version: UInt64,
+        limit: Int
+    ) throws(EventStoreError) -> [StoredEvent] {
+        guard version < entry.version, limit > 0 else { return [] }
         let last = version + min(UInt64(limit), entry.version - version)
         var batches: [(first: UInt64, payloads: [[UInt8]])] = []
         var location = entry.start(for: last)
         var reached = false
+        var earliest = entry.version + 1
+        func removed() -> EventStoreError {
+            EventStoreError(
+                .invalid(
+                    reason: "events before version \(earliest) were removed by compaction (the store's retention)"
+                ),
+                stream: stream
+            )
+        }
         while location != .none {
+            guard location.segment >= segments.count || segments[location.segment] >= 0 else { throw removed() }
             let record = try readRecord(at: location, segments: segments)
-            guard case .events(let found, let first, let previous, let payloads) = record, found == stream else {
+            guard let (found, first, previous, payloads) = record.events, found == stream else {
                 throw corruption(at: location, "the record is not an events record of '\(stream)'")
             }
             if first <= last { batches.append((first, payloads)) }
@@ -381,6 +431,8 @@ public final class FileEventStore: AppendingWithCompletion {
                 reached = true
                 break
             }
+            earliest = first
+            if previous == .none, case .relocated = record { throw removed() }
             location = previous
         }
         guard reached else {
@@ -400,6 +452,30 @@ public final class FileEventStore: AppendingWithCompletion {
             }
         }
         return events
+    }
+
+    /// Calls `body` with `stream`'s index entry and the log files' descriptors, which stay open until it
+    /// returns: compaction closes a removed file's descriptor only once no read that could use it runs.
+    private func reading<Value>(
+        _ stream: String,
+        _ body: (StreamEntry?, [Int32]) throws(EventStoreError) -> Value
+    ) throws(EventStoreError) -> Value {
+        let view = shared.withLock { shared -> (StreamEntry?, [Int32])? in
+            guard !shared.closed else { return nil }
+            shared.readers += 1
+            return (shared.streams[stream], shared.segments)
+        }
+        guard let (entry, segments) = view else { throw Self.closedError }
+        defer {
+            let retired = shared.withLock { shared -> [Int32] in
+                shared.readers -= 1
+                guard shared.readers == 0, !shared.retired.isEmpty else { return [] }
+                defer { shared.retired = [] }
+                return shared.retired
+            }
+            for descriptor in retired { Files.release(descriptor) }
+        }
+        return try body(entry, segments)
     }
 
     /// See ``EventStore/version(of:)``.
@@ -423,11 +499,23 @@ public final class FileEventStore: AppendingWithCompletion {
 
     /// See ``EventStore/latestSnapshot(of:)``.
     public func latestSnapshot(of stream: String) async throws -> Snapshot? {
-        let (entry, segments) = try view(of: stream)
-        guard let entry, entry.snapshot != .none else { return nil }
-        guard case .snapshot(let snapshot) = try readRecord(at: entry.snapshot, segments: segments),
+        try reading(stream) { (entry, segments) throws(EventStoreError) in
+            guard let entry, entry.snapshot != .none else { return nil }
+            return try snapshot(of: stream, at: entry.snapshot, segments: segments)
+        }
+    }
+
+    /// The snapshot of `stream` at `location`.
+    private func snapshot(
+        of stream: String,
+        at location: Location,
+        segments: [Int32]
+    ) throws(EventStoreError)
+        -> Snapshot
+    {
+        guard case .snapshot(let snapshot) = try readRecord(at: location, segments: segments),
             snapshot.stream == stream
-        else { throw corruption(at: entry.snapshot, "the record is not a snapshot of '\(stream)'") }
+        else { throw corruption(at: location, "the record is not a snapshot of '\(stream)'") }
         return snapshot
     }
 
@@ -437,13 +525,26 @@ public final class FileEventStore: AppendingWithCompletion {
     enum Operation {
         case append(stream: String, payloads: [[UInt8]], expected: UInt64)
         case save(Snapshot)
+        /// Compaction's copy of what a stream keeps, to the end of the log.
+        case relocate(Relocation)
 
         var stream: String {
             switch self {
             case .append(let stream, _, _): stream
             case .save(let snapshot): snapshot.stream
+            case .relocate(let relocation): relocation.stream
             }
         }
+    }
+
+    /// What compaction copies of one stream: the events it keeps (when `events` is not `nil`: those from
+    /// version `from` to `version`, which the writer completes with any appended since) and snapshots.
+    struct Relocation {
+        let stream: String
+        let from: UInt64
+        let version: UInt64
+        let events: [[UInt8]]?
+        let snapshots: [Snapshot]
     }
 
     struct Queued {
@@ -491,6 +592,17 @@ public final class FileEventStore: AppendingWithCompletion {
         /// Set when the log can no longer be trusted (a failed `fdatasync`, a failed rollback).
         var broken: EventStoreError?
         var statistics = Statistics()
+        /// The first log file kept: compaction removed those before it (their descriptors are -1).
+        var first = 0
+        /// Reads under way (``reading(_:_:)``), and the descriptors of removed log files they may
+        /// still use: closed when none runs.
+        var readers = 0
+        var retired: [Int32] = []
+        /// Whether a compaction pass is queued or running.
+        var compacting = false
+        /// The number of log files before which no compaction starts by itself: a pass that found nothing
+        /// worth doing waits for more.
+        var compactionHeld = 0
 
         /// The state of a store just opened on what `opened` found.
         init(_ opened: Opened) {
@@ -503,6 +615,7 @@ public final class FileEventStore: AppendingWithCompletion {
             sealed = opened.sizes.dropLast().reduce(0, +)
             sealedFiles = opened.sealedFiles
             checkpointed = opened.checkpointed
+            first = opened.first
         }
     }
 
@@ -525,6 +638,7 @@ public final class FileEventStore: AppendingWithCompletion {
             guard shared.broken == nil else { return nil }
             return Manifest(
                 segments: shared.segments.count + (rolling ? 1 : 0),
+                first: shared.first,
                 committed: rolling ? 0 : shared.size,
                 bytes: shared.sealed + shared.size,
                 events: shared.events,
@@ -619,7 +733,17 @@ public final class FileEventStore: AppendingWithCompletion {
     }
 
     private func flush(_ batch: inout Batch) {
-        for queued in batch.queued { batch.results.append(encode(queued.operation, into: &batch)) }
+        // Relocations first: the events a stream gained since compaction read it are then all on disk,
+        // where the writer reads them to complete the copy. Each keeps the stream's version, so the order
+        // changes nothing for the appends.
+        batch.results = Array(repeating: .success(0), count: batch.queued.count)
+        for (index, queued) in batch.queued.enumerated() {
+            if case .relocate(let relocation) = queued.operation { batch.results[index] = relocate(relocation, &batch) }
+        }
+        for (index, queued) in batch.queued.enumerated() {
+            if case .relocate = queued.operation { continue }
+            batch.results[index] = encode(queued.operation, into: &batch)
+        }
         if !batch.bytes.isEmpty {
             batch.bytes += RecordFrame.encode(LogRecord.commit(start: UInt64(batch.size)).encode())
         }
@@ -681,9 +805,93 @@ public final class FileEventStore: AppendingWithCompletion {
             }
             batch.bytes += RecordFrame.encode(LogRecord.snapshot(snapshot).encode())
             batch.records += 1
-            entry.snapshot = location
-            entry.snapshotVersion = snapshot.version
+            entry.saved(snapshot.version, at: location, keep: options.retention.trackedSnapshots)
+        case .relocate:
+            return .failure(EventStoreError(.invalid(reason: "a relocation among appends"), stream: stream))
         }
+        batch.streams[stream] = entry
+        return .success(entry.version)
+    }
+
+    /// Adds the records of a relocation to the batch: the stream's kept events as relocated records
+    /// (the first restarts its chain), with those appended since compaction read them, and copies of its
+    /// kept snapshots. Nothing is added if it fails.
+    private func relocate(_ relocation: Relocation, _ batch: inout Batch) -> Result<UInt64, EventStoreError> {
+        let stream = relocation.stream
+        var entry = batch.streams[stream] ?? StreamEntry()
+        var bytes: [UInt8] = []
+        var records: UInt64 = 0
+        func location() -> Location {
+            Location(segment: batch.segment, offset: batch.size + batch.bytes.count + bytes.count)
+        }
+        if var payloads = relocation.events {
+            guard relocation.version <= entry.version, relocation.from <= relocation.version + 1 else {
+                return .failure(
+                    EventStoreError(.invalid(reason: "a relocation of version \(relocation.version)"), stream: stream)
+                )
+            }
+            if entry.version > relocation.version {
+                // Appended since compaction read the stream: committed, so on disk.
+                let segments = shared.withLock { $0.segments }
+                do throws(EventStoreError) {
+                    let since = try events(
+                        of: stream,
+                        entry: entry,
+                        segments: segments,
+                        after: relocation.version,
+                        limit: Int(entry.version - relocation.version)
+                    )
+                    payloads += since.map(\.payload)
+                } catch {
+                    return .failure(error)
+                }
+            }
+            var fresh = StreamEntry()
+            fresh.snapshots = entry.snapshots
+            fresh.version = relocation.from - 1
+            var previous = Location.none
+            var start = 0
+            repeat {
+                // Records of at most a megabyte (or one event), so reading a few events reads little.
+                var end = start
+                var size = 0
+                while end < payloads.count, end == start || size + payloads[end].count <= 1 << 20 {
+                    size += 4 + payloads[end].count
+                    end += 1
+                }
+                let at = location()
+                let first = fresh.version + 1
+                let chunk = Array(payloads[start..<end])
+                bytes += RecordFrame.encode(
+                    LogRecord.relocated(stream: stream, first: first, previous: previous, payloads: chunk).encode()
+                )
+                records += 1
+                if previous == .none { fresh.chainStart = at }
+                if chunk.isEmpty { fresh.tail = at } else { fresh.appended(first: first, count: chunk.count, at: at) }
+                previous = at
+                start = end
+            } while start < payloads.count
+            guard fresh.version == entry.version else {
+                return .failure(
+                    EventStoreError(
+                        .corrupted(
+                            location: directory,
+                            reason: "relocated \(fresh.version) of \(entry.version) events"
+                        ),
+                        stream: stream
+                    )
+                )
+            }
+            entry = fresh
+        }
+        for snapshot in relocation.snapshots where entry.snapshots.contains(where: { $0.version == snapshot.version }) {
+            let at = location()
+            bytes += RecordFrame.encode(LogRecord.snapshot(snapshot).encode())
+            records += 1
+            entry.saved(snapshot.version, at: at, keep: options.retention.trackedSnapshots)
+        }
+        batch.bytes += bytes
+        batch.records += records
         batch.streams[stream] = entry
         return .success(entry.version)
     }
@@ -772,7 +980,13 @@ public final class FileEventStore: AppendingWithCompletion {
         let covered = sealed + [IndexCheckpoint.Covered(committed: size, fingerprint: fingerprint)]
         let directory = directory
         checkpointer.sync {
-            _ = try? IndexCheckpoint.write(streams: streams, events: events, segments: covered, in: directory)
+            _ = try? IndexCheckpoint.write(
+                streams: streams,
+                events: events,
+                segments: covered,
+                tracking: tracked,
+                in: directory
+            )
         }
     }
 
@@ -791,10 +1005,16 @@ public final class FileEventStore: AppendingWithCompletion {
             return (shared.streams, shared.events, shared.sealedFiles, shared.checkpointed)
         }
         guard let (streams, events, covered, before) = due else { return }
-        let (directory, shared) = (directory, shared)
+        let (directory, shared, tracked) = (directory, shared, tracked)
         checkpointer.async {
             do {
-                let size = try IndexCheckpoint.write(streams: streams, events: events, segments: covered, in: directory)
+                let size = try IndexCheckpoint.write(
+                    streams: streams,
+                    events: events,
+                    segments: covered,
+                    tracking: tracked,
+                    in: directory
+                )
                 shared.withLock { $0.checkpointSize = size }
             } catch {
                 // The older checkpoint stands; the next log file tries again.
@@ -844,6 +1064,327 @@ public final class FileEventStore: AppendingWithCompletion {
             if let sealedFile, shared.sealedFiles.count == segment { shared.sealedFiles.append(sealedFile) }
         }
         checkpointSealed()
+        scheduleCompaction()
+    }
+
+    // MARK: Compaction
+
+    /// What a compaction did.
+    public struct Compaction: Hashable, Sendable {
+        /// The log files deleted.
+        public var removedFiles = 0
+        /// Their bytes.
+        public var removedBytes = 0
+        /// The streams whose kept records were copied to the end of the log.
+        public var relocatedStreams = 0
+
+        /// Nothing done.
+        public init() {}
+    }
+
+    /// Compacts the log now, as the store does by itself whenever it seals a log file, and returns what
+    /// was done: while the oldest log file (not the one being written) holds at most half its bytes in
+    /// records the ``Options/retention`` keeps, the streams with records there that are kept copy them to
+    /// the end of the log (relocation: a stream's kept events and snapshots, in one group commit with the
+    /// appends of that moment, which it does not hold up otherwise), and the file is deleted once the
+    /// manifest no longer lists it. Files go oldest first, so a mostly kept old file holds back those
+    /// after it. With ``Retention/keepAll``, or on a store opened read-only, nothing is done.
+    ///
+    /// A crash at any step leaves a store that opens with every kept record: a relocation not yet
+    /// committed is a torn tail, one committed makes the older copies unused, and a file the manifest no
+    /// longer lists is deleted at the next open.
+    ///
+    /// - Throws: ``EventStoreError`` when a read or a relocation fails (a full disk, say): nothing is
+    ///   lost, and the next pass starts again from the oldest file.
+    public func compact() async throws -> Compaction {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Compaction, any Error>) in
+            compactor.async {
+                do throws(EventStoreError) {
+                    continuation.resume(returning: try self.compactPass())
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+    }
+
+    /// Queues a compaction pass, unless retention keeps everything or one is queued already.
+    private func scheduleCompaction() {
+        guard options.retention.keptSnapshots > 0, !options.readOnly else { return }
+        let start = shared.withLock { shared -> Bool in
+            guard !shared.compacting, !shared.closed, shared.segments.count >= shared.compactionHeld else {
+                return false
+            }
+            shared.compacting = true
+            return true
+        }
+        guard start else { return }
+        compactor.async {
+            // A failed pass leaves everything in place; the next sealed file tries again.
+            _ = try? self.compactPass()
+            self.shared.withLock { $0.compacting = false }
+        }
+    }
+
+    /// A record of a log file, as compaction sees it.
+    private struct Found {
+        let location: Location
+        let size: Int
+        let stream: String
+        /// For events: the last version it holds (its first minus one if it holds none); `nil` for a
+        /// snapshot.
+        let last: UInt64?
+    }
+
+    /// Compaction, on the compactor queue: removes the oldest log files while at most half of what they
+    /// hold is kept. It reads the sealed files from the oldest on, up to ``compactionWindow`` of them,
+    /// until the part read is at most half kept (a mostly kept old file is then taken with the mostly
+    /// removed ones after it), relocates what that part keeps, and deletes it file by file. See
+    /// ``compact()``.
+    private func compactPass() throws(EventStoreError) -> Compaction {
+        var done = Compaction()
+        let keep = options.retention.keptSnapshots
+        guard keep > 0, !options.readOnly else { return done }
+        while true {
+            let sealed = shared.withLock { shared -> [(segment: Int, descriptor: Int32, size: Int)] in
+                guard !shared.closed, shared.broken == nil else { return [] }
+                let end = min(shared.segments.count - 1, shared.sealedFiles.count, shared.first + Self.compactionWindow)
+                guard shared.first < end else { return [] }
+                return (shared.first..<end).map { ($0, shared.segments[$0], shared.sealedFiles[$0].committed) }
+            }
+            var moves: [String: (events: Bool, snapshots: [Location])] = [:]
+            var (kept, size) = (0, 0)
+            var prefix = 0
+            for file in sealed {
+                let found = try records(of: file)
+                let measured = keptRecords(found, keep: keep)
+                kept += measured.bytes
+                size += file.size
+                for (stream, move) in measured.moves {
+                    moves[stream, default: (false, [])].events = moves[stream]?.events == true || move.events
+                    moves[stream, default: (false, [])].snapshots += move.snapshots
+                }
+                if kept * 2 <= size {
+                    prefix = file.segment - (sealed.first?.segment ?? 0) + 1
+                    break
+                }
+            }
+            guard prefix > 0 else {
+                // Nothing worth it within the window: the automatic passes wait for a few more files.
+                shared.withLock { $0.compactionHeld = $0.segments.count + 4 }
+                return done
+            }
+            try relocate(moves, keep: keep)
+            done.relocatedStreams += moves.count
+            for file in sealed.prefix(prefix) {
+                // Appends since went after the copies; a record still kept now would be lost with the file.
+                guard keptRecords(try records(of: file), keep: keep).moves.isEmpty else { return done }
+                guard writer.sync(execute: { removeFront(file.segment, size: file.size) }) else { return done }
+                done.removedFiles += 1
+                done.removedBytes += file.size
+            }
+        }
+    }
+
+    /// The most log files one compaction step reads before it gives up finding a part at most half kept.
+    static let compactionWindow = 16
+
+    /// The committed records of a sealed log file, commits left out. Only compaction closes a log
+    /// file's descriptor before the store closes: it stays open here.
+    private func records(of file: (segment: Int, descriptor: Int32, size: Int)) throws(EventStoreError) -> [Found] {
+        let path = Self.path(of: file.segment, in: directory)
+        return try records(
+            in: try Files.readBytes(file.descriptor, count: file.size, at: 0, path: path),
+            segment: file.segment
+        )
+    }
+
+    /// The committed records of a sealed log file (its `bytes`), commits left out.
+    private func records(in bytes: [UInt8], segment: Int) throws(EventStoreError) -> [Found] {
+        var found: [Found] = []
+        var offset = 0
+        while offset < bytes.count {
+            let location = Location(segment: segment, offset: offset)
+            guard case .record(let payload, let next) = RecordFrame.read(bytes, at: offset) else {
+                throw corruption(at: location, "the record is incomplete or fails its checksum")
+            }
+            let record: LogRecord
+            do {
+                record = try LogRecord.decode(payload)
+            } catch {
+                throw corruption(at: location, error.reason)
+            }
+            switch record {
+            case .events(let stream, let first, _, let payloads), .relocated(let stream, let first, _, let payloads):
+                found.append(
+                    Found(
+                        location: location,
+                        size: next - offset,
+                        stream: stream,
+                        last: first - 1 + UInt64(payloads.count)
+                    )
+                )
+            case .snapshot(let snapshot):
+                found.append(Found(location: location, size: next - offset, stream: snapshot.stream, last: nil))
+            case .commit:
+                break
+            }
+            offset = next
+        }
+        return found
+    }
+
+    /// The bytes of `found` that the stores keeps, and the streams that must be relocated for none of
+    /// them to be needed: those with kept events there (or their last record, which the index points
+    /// at), with whether their events move and which kept snapshots are there.
+    private func keptRecords(
+        _ found: [Found],
+        keep: Int
+    ) -> (bytes: Int, moves: [String: (events: Bool, snapshots: [Location])]) {
+        var entries: [String: StreamEntry] = [:]
+        shared.withLock { shared in
+            for record in found where entries[record.stream] == nil {
+                entries[record.stream] = shared.streams[record.stream] ?? StreamEntry()
+            }
+        }
+        var bytes = 0
+        var moves: [String: (events: Bool, snapshots: [Location])] = [:]
+        for record in found {
+            guard let entry = entries[record.stream] else { continue }
+            if let last = record.last {
+                // A record before the stream's chain start is an older copy; one up to the retained version
+                // is past retention.
+                let current = entry.chainStart == .none || record.location.packed >= entry.chainStart.packed
+                if current && last > entry.retainedAfter(keep: keep) {
+                    bytes += record.size
+                    moves[record.stream, default: (false, [])].events = true
+                } else if record.location == entry.tail {
+                    moves[record.stream, default: (false, [])].events = true
+                }
+            } else if entry.snapshots.contains(where: { $0.location == record.location }) {
+                bytes += record.size
+                moves[record.stream, default: (false, [])].snapshots.append(record.location)
+            }
+        }
+        return (bytes, moves)
+    }
+
+    /// Copies what each stream of `moves` keeps in the log files compacted (its events, when `events`,
+    /// and the snapshots at those locations) to the end of the log, and waits until it is committed.
+    private func relocate(
+        _ moves: [String: (events: Bool, snapshots: [Location])],
+        keep: Int
+    ) throws(EventStoreError) {
+        let group = DispatchGroup()
+        let failure = Locked<EventStoreError?>(nil)
+        for (stream, move) in moves {
+            let relocation = try reading(stream) { (entry, segments) throws(EventStoreError) -> Relocation? in
+                guard let entry else { return nil }
+                let after = entry.retainedAfter(keep: keep)
+                let events =
+                    move.events
+                    ? try events(
+                        of: stream,
+                        entry: entry,
+                        segments: segments,
+                        after: after,
+                        limit: Int(entry.version - after)
+                    ).map(\.payload) : nil
+                var snapshots: [Snapshot] = []
+                for location in move.snapshots {
+                    snapshots.append(try snapshot(of: stream, at: location, segments: segments))
+                }
+                return Relocation(
+                    stream: stream,
+                    from: after + 1,
+                    version: entry.version,
+                    events: events,
+                    snapshots: snapshots
+                )
+            }
+            guard let relocation else { continue }
+            group.enter()
+            submit(
+                .relocate(relocation),
+                .callback { result in
+                    if case .failure(let error) = result { failure.withLock { $0 = $0 ?? error } }
+                    group.leave()
+                }
+            )
+        }
+        group.wait()
+        if let error = failure.withLock({ $0 }) { throw error }
+    }
+
+    /// Deletes log file `segment` (the first kept, sealed, of `size` bytes), whose records the store
+    /// keeps no longer: first the manifest stops listing it, then it goes, then a new index checkpoint is
+    /// written (the old one covers the file). On the writer queue; returns whether it was deleted.
+    private func removeFront(_ segment: Int, size: Int) -> Bool {
+        let due = shared.withLock { shared -> Bool in
+            guard !shared.closed, shared.broken == nil, shared.first == segment, segment < shared.segments.count - 1
+            else { return false }
+            shared.first = segment + 1
+            shared.sealed -= size
+            return true
+        }
+        guard due else { return false }
+        guard writeManifest(clean: false) else {
+            shared.withLock { shared in
+                shared.first = segment
+                shared.sealed += size
+            }
+            return false
+        }
+        _ = Self.path(of: segment, in: directory).withCString { unlink($0) }
+        _ = try? Files.syncDirectory(directory)
+        shared.withLock { shared in
+            let descriptor = shared.segments[segment]
+            shared.segments[segment] = -1
+            // A read that took the descriptors before may still use this one.
+            if shared.readers == 0 { Files.release(descriptor) } else { shared.retired.append(descriptor) }
+            if segment < shared.sealedFiles.count {
+                shared.sealedFiles[segment] = IndexCheckpoint.Covered(committed: 0, fingerprint: 0)
+            }
+            shared.streams.forget(before: segment + 1)
+        }
+        checkpointAll()
+        return true
+    }
+
+    /// Writes an index checkpoint of the whole log as it is now, in the background; on the writer queue.
+    /// If it cannot be, the old checkpoint (which no longer fits) goes, so an open reads the whole log.
+    private func checkpointAll() {
+        let state = shared.withLock { shared in
+            shared.sealedFiles.count == shared.segments.count - 1
+                ? (shared.streams, shared.events, shared.sealedFiles, shared.segments.last ?? -1, shared.size) : nil
+        }
+        let directory = directory
+        guard let (streams, events, sealed, last, size) = state,
+            let fingerprint = try? IndexCheckpoint.fingerprint(
+                last,
+                committed: size,
+                path: Self.path(of: sealed.count, in: directory)
+            )
+        else {
+            IndexCheckpoint.remove(in: directory)
+            return
+        }
+        let covered = sealed + [IndexCheckpoint.Covered(committed: size, fingerprint: fingerprint)]
+        shared.withLock { $0.checkpointed = $0.sealed + size }
+        let tracked = tracked
+        checkpointer.async {
+            do {
+                try IndexCheckpoint.write(
+                    streams: streams,
+                    events: events,
+                    segments: covered,
+                    tracking: tracked,
+                    in: directory
+                )
+            } catch {
+                IndexCheckpoint.remove(in: directory)
+            }
+        }
     }
 
     // MARK: Reading
@@ -943,6 +1484,10 @@ public final class FileEventStore: AppendingWithCompletion {
         var sealedFiles: [IndexCheckpoint.Covered] = []
         /// The bytes of log the index checkpoint used covered (0 for none).
         var checkpointed = 0
+        /// The first log file kept (compaction removed those before it).
+        var first = 0
+        /// How many snapshots of a stream the index keeps track of.
+        var keep = 1
     }
 
     /// ``recover(directory:io:options:)`` for a read-only open, which may read a store another process
@@ -972,6 +1517,7 @@ public final class FileEventStore: AppendingWithCompletion {
         options: Options
     ) throws(EventStoreError) -> Opened {
         var opened = Opened()
+        opened.keep = options.retention.trackedSnapshots
         do throws(EventStoreError) {
             let manifest: Manifest?
             do {
@@ -984,13 +1530,22 @@ public final class FileEventStore: AppendingWithCompletion {
                 opened.recovery.lost = Loss(events: 0, reason: "\(error); the log was read without it")
             }
             opened.manifestSequence = manifest?.sequence ?? 0
-            let numbers = try Files.names(in: directory).compactMap(segmentNumber).sorted()
-            for (expected, number) in numbers.enumerated() where number != expected {
+            let first = manifest?.first ?? 0
+            opened.first = first
+            var numbers = try Files.names(in: directory).compactMap(segmentNumber).sorted()
+            // Log files before the first kept one are left of a compaction that crashed before deleting
+            // them: the manifest that dropped them was written, so nothing in them is needed.
+            for number in numbers where number < first && !options.readOnly {
+                _ = path(of: number, in: directory).withCString { unlink($0) }
+            }
+            numbers = numbers.filter { $0 >= first }
+            for (index, number) in numbers.enumerated() where number != first + index {
                 throw EventStoreError(
-                    .corrupted(location: directory, reason: "\(path(of: expected, in: directory)) is missing")
+                    .corrupted(location: directory, reason: "\(path(of: first + index, in: directory)) is missing")
                 )
             }
-            var sizes: [Int] = []
+            var sizes: [Int] = Array(repeating: 0, count: first)
+            opened.segments = Array(repeating: -1, count: first)
             for segment in numbers {
                 let path = path(of: segment, in: directory)
                 let descriptor = try Files.openFile(path, create: false, readOnly: options.readOnly)
@@ -1006,7 +1561,10 @@ public final class FileEventStore: AppendingWithCompletion {
                 opened.recovery.checkpoint = .used(events: checkpoint.events, skippedBytes: opened.checkpointed)
             }
             var tail: (descriptor: Int32, path: String, good: Int, size: Int, ahead: Bool)?
-            for (segment, descriptor) in opened.segments.enumerated() {
+            opened.sizes = Array(repeating: 0, count: first)
+            opened.sealedFiles = Array(repeating: IndexCheckpoint.Covered(committed: 0, fingerprint: 0), count: first)
+            let count = first + numbers.count
+            for (segment, descriptor) in opened.segments.enumerated() where segment >= first {
                 let path = path(of: segment, in: directory)
                 // The part of the file the checkpoint covers is in the index already.
                 let start = checkpoint.map { segment < $0.segments.count ? $0.segments[segment].committed : 0 } ?? 0
@@ -1016,14 +1574,14 @@ public final class FileEventStore: AppendingWithCompletion {
                     from: start,
                     segment: segment,
                     path: path,
-                    last: segment == numbers.count - 1,
+                    last: segment == count - 1,
                     into: &opened
                 )
                 // Zeros after the last commit were written ahead, not written as records.
                 tail = (descriptor, path, good, start + bytes.count, bytes[(good - start)...].allSatisfy { $0 == 0 })
                 opened.size = good
                 opened.sizes.append(good)
-                guard segment < numbers.count - 1 else { continue }
+                guard segment < count - 1 else { continue }
                 // A sealed file as a later checkpoint will describe it: the checkpoint's word, where it
                 // covered the whole file.
                 if let checkpoint, segment < checkpoint.segments.count - 1 {
@@ -1033,8 +1591,7 @@ public final class FileEventStore: AppendingWithCompletion {
                     opened.sealedFiles.append(IndexCheckpoint.Covered(committed: good, fingerprint: fingerprint))
                 }
             }
-            if let manifest, let loss = loss(against: manifest, segments: numbers.count, opened: opened, in: directory)
-            {
+            if let manifest, let loss = loss(against: manifest, segments: count, opened: opened, in: directory) {
                 guard options.acceptLoss else {
                     throw EventStoreError(
                         .corrupted(
@@ -1060,10 +1617,10 @@ public final class FileEventStore: AppendingWithCompletion {
                 )
             }
         } catch {
-            for descriptor in opened.segments { Files.release(descriptor) }
+            for descriptor in opened.segments where descriptor >= 0 { Files.release(descriptor) }
             throw error
         }
-        opened.recovery.segments = opened.segments.count
+        opened.recovery.segments = opened.segments.count - opened.first
         opened.recovery.streams = opened.streams.count
         return opened
     }
@@ -1088,6 +1645,11 @@ public final class FileEventStore: AppendingWithCompletion {
         func refuse(_ reason: String) -> IndexCheckpoint? {
             opened.recovery.checkpoint = .refused(reason: reason)
             return nil
+        }
+        guard checkpoint.tracking >= opened.keep else {
+            return refuse(
+                "it keeps \(checkpoint.tracking) snapshots of a stream, and the retention needs \(opened.keep)"
+            )
         }
         guard checkpoint.segments.count <= sizes.count else {
             return refuse("it covers \(checkpoint.segments.count) log files, and there are \(sizes.count)")
@@ -1214,10 +1776,24 @@ public final class FileEventStore: AppendingWithCompletion {
                             at: offset
                         )
                     }
+                    var relocating: [String: UInt64] = [:]
                     for (record, position) in pending {
-                        try apply(record, at: Location(segment: segment, offset: base + position), into: &opened) {
+                        try apply(
+                            record,
+                            at: Location(segment: segment, offset: base + position),
+                            into: &opened,
+                            relocating: &relocating
+                        ) {
                             damaged($0, at: position)
                         }
+                    }
+                    // A relocation copies all a stream keeps, in one batch: it ends where the stream was.
+                    for (stream, version) in relocating
+                    where version != .max && opened.streams[stream]?.version != version {
+                        throw damaged(
+                            "a relocation of '\(stream)' that does not reach its version \(version)",
+                            at: offset
+                        )
                     }
                     pending = []
                     committed = next
@@ -1261,33 +1837,81 @@ public final class FileEventStore: AppendingWithCompletion {
         return false
     }
 
-    /// Adds a committed record to the index, or says why it does not fit the history.
+    /// Adds a committed record to the index, or says why it does not fit the history. `relocating` holds
+    /// the streams whose relocation the batch holds, with the version each must reach.
+    ///
+    /// `recovery.events` stays the sum of the streams' versions: a relocation's records take a stream
+    /// back and forward to where it was (so the sum wraps in between, and comes back).
     private static func apply(
         _ record: LogRecord,
         at location: Location,
         into opened: inout Opened,
+        relocating: inout [String: UInt64],
         damaged: (String) -> EventStoreError
     ) throws(EventStoreError) {
         switch record {
         case .events(let stream, let first, let previous, let payloads):
             var entry = opened.streams[stream] ?? StreamEntry()
+            let before = entry.version
+            // Its records before this were in log files compaction removed (once none of them was kept).
+            if entry.tail == .none, previous != .none, previous.segment < opened.first, first > entry.version {
+                entry.version = first - 1
+                entry.tail = previous
+            }
+            // Appends after a relocation in its batch: the relocation is complete.
+            if let target = relocating[stream] {
+                guard entry.version == target || target == .max else {
+                    throw damaged("a relocation of '\(stream)' that does not reach its version \(target)")
+                }
+                relocating[stream] = nil
+            }
             guard first == entry.version + 1, previous == entry.tail else {
                 throw damaged("events of '\(stream)' from version \(first) follow version \(entry.version)")
             }
             entry.appended(first: first, count: payloads.count, at: location)
             opened.streams[stream] = entry
-            opened.recovery.events += UInt64(payloads.count)
+            opened.recovery.events = opened.recovery.events &- before &+ entry.version
+        case .relocated(let stream, let first, let previous, let payloads):
+            var entry = opened.streams[stream] ?? StreamEntry()
+            let before = entry.version
+            if previous == .none {
+                // The copy of what the stream keeps: its chain starts again here. (Where compaction removed
+                // the stream's records before it, nothing says which version it must reach.)
+                let removed = entry.tail == .none && opened.first > 0
+                guard first - 1 <= entry.version || removed, relocating[stream] == nil else {
+                    throw damaged("a relocation of '\(stream)' from version \(first), at version \(entry.version)")
+                }
+                relocating[stream] = removed ? .max : entry.version
+                var fresh = StreamEntry()
+                fresh.snapshots = entry.snapshots
+                fresh.version = first - 1
+                fresh.chainStart = location
+                entry = fresh
+            } else {
+                guard relocating[stream] != nil, first == entry.version + 1, previous == entry.tail else {
+                    throw damaged("relocated events of '\(stream)' from version \(first) follow \(entry.version)")
+                }
+            }
+            if payloads.isEmpty {
+                entry.tail = location
+            } else {
+                entry.appended(first: first, count: payloads.count, at: location)
+            }
+            opened.streams[stream] = entry
+            opened.recovery.events = opened.recovery.events &- before &+ entry.version
         case .snapshot(let snapshot):
             var entry = opened.streams[snapshot.stream] ?? StreamEntry()
-            guard snapshot.version <= entry.version else {
-                throw damaged(
-                    "a snapshot of '\(snapshot.stream)' at version \(snapshot.version), past \(entry.version)"
-                )
+            if snapshot.version > entry.version {
+                // Only a stream whose earlier records compaction removed has a snapshot before its events.
+                guard entry.tail == .none, opened.first > 0 else {
+                    throw damaged(
+                        "a snapshot of '\(snapshot.stream)' at version \(snapshot.version), past \(entry.version)"
+                    )
+                }
+                opened.recovery.events = opened.recovery.events &- entry.version &+ snapshot.version
+                entry.version = snapshot.version
             }
-            if entry.snapshot == .none || snapshot.version >= entry.snapshotVersion {
-                entry.snapshot = location
-                entry.snapshotVersion = snapshot.version
-            }
+            entry.saved(snapshot.version, at: location, keep: opened.keep)
             opened.streams[snapshot.stream] = entry
         case .commit:
             break

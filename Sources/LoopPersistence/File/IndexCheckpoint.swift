@@ -10,11 +10,12 @@ internal import Darwin
 /// log written after that point, instead of every log file.
 ///
 /// ```
-/// "ELIX" | format: UInt8 | events: UInt64 | streams: UInt64 | log files: UInt32
+/// "ELIX" | format: UInt8 | snapshots kept per stream: UInt8 | events: UInt64 | streams: UInt64 | log files: UInt32
 ///        | per log file: committed: UInt64 | fingerprint: UInt32
 ///        | per stream: name length: UInt32 | name: UTF-8 | version: UInt64 | tail: UInt64 | flags: UInt8
-///                      | (flags & 1) snapshot: UInt64, its version: UInt64
+///                      | (flags & 1) snapshots: UInt8 | count x (location: UInt64 | version: UInt64)
 ///                      | (flags & 2) checkpoints: UInt32 | count x (first: UInt64 | location: UInt64)
+///                      | (flags & 4) chain start: UInt64
 /// crc32 of all of the above: UInt32 | its length: UInt64
 /// ```
 ///
@@ -41,11 +42,15 @@ struct IndexCheckpoint {
     var segments: [Covered]
     var events: UInt64
     var streams: StreamTable
+    /// How many snapshots of each stream the index keeps track of (the latest, or more under a retention
+    /// policy): an open needing more reads the whole log.
+    var tracking: Int
 
     static let name = "store.index"
     static let fingerprintBytes = 4_096
     private static let magic: [UInt8] = Array("ELIX".utf8)
-    private static let format: UInt8 = 1
+    /// 2 since retention: several snapshots a stream, and a chain's start.
+    private static let format: UInt8 = 2
     /// The trailer: a CRC-32 and the length it covers.
     private static let trailerSize = 12
 
@@ -53,6 +58,8 @@ struct IndexCheckpoint {
 
     /// The fingerprint of the log file open as `descriptor` at its committed length `committed`.
     static func fingerprint(_ descriptor: Int32, committed: Int, path: String) throws(EventStoreError) -> UInt32 {
+        // An empty file's (and a removed one's: compaction lists those as empty).
+        guard committed > 0 else { return 0 }
         let start = max(0, committed - fingerprintBytes)
         let bytes = try Files.readBytes(descriptor, count: committed - start, at: start, path: path)
         guard bytes.count == committed - start else {
@@ -71,6 +78,7 @@ struct IndexCheckpoint {
         streams: StreamTable,
         events: UInt64,
         segments: [Covered],
+        tracking: Int,
         in directory: String
     ) throws(EventStoreError) -> Int {
         let path = path(in: directory)
@@ -81,6 +89,7 @@ struct IndexCheckpoint {
         do throws(EventStoreError) {
             output.bytes += magic
             output.bytes.append(format)
+            output.bytes.append(UInt8(min(tracking, 255)))
             output.put(events)
             output.put(UInt64(streams.count))
             output.put(UInt32(segments.count))
@@ -94,11 +103,16 @@ struct IndexCheckpoint {
                 output.bytes += name
                 output.put(entry.version)
                 output.put(entry.tail.packed)
-                let flags: UInt8 = (entry.snapshot != .none ? 1 : 0) | (entry.checkpoints.isEmpty ? 0 : 2)
+                let flags: UInt8 =
+                    (entry.snapshots.isEmpty ? 0 : 1) | (entry.checkpoints.isEmpty ? 0 : 2)
+                    | (entry.chainStart == .none ? 0 : 4)
                 output.bytes.append(flags)
-                if entry.snapshot != .none {
-                    output.put(entry.snapshot.packed)
-                    output.put(entry.snapshotVersion)
+                if !entry.snapshots.isEmpty {
+                    output.bytes.append(UInt8(min(entry.snapshots.count, 255)))
+                    for snapshot in entry.snapshots.suffix(255) {
+                        output.put(snapshot.location.packed)
+                        output.put(snapshot.version)
+                    }
                 }
                 if !entry.checkpoints.isEmpty {
                     output.put(UInt32(entry.checkpoints.count))
@@ -107,6 +121,7 @@ struct IndexCheckpoint {
                         output.put(checkpoint.location.packed)
                     }
                 }
+                if entry.chainStart != .none { output.put(entry.chainStart.packed) }
                 if output.bytes.count >= Output.chunk { try output.flush() }
             }
             try output.finish()
@@ -234,6 +249,7 @@ struct IndexCheckpoint {
         }
         let version = try cursor.byte()
         guard version == format else { throw CheckpointProblem("it has format \(version), not \(format)") }
+        let tracking = Int(try cursor.byte())
         let events = try cursor.word64()
         let count = try cursor.word64()
         let segmentCount = try cursor.word32()
@@ -260,12 +276,19 @@ struct IndexCheckpoint {
             guard entry.version < 1 << 62 else { throw CheckpointProblem("stream '\(name)' is at \(entry.version)") }
             entry.tail = Location(packed: try cursor.word64())
             let flags = try cursor.byte()
-            guard flags & ~3 == 0 else { throw CheckpointProblem("stream '\(name)' has flags \(flags)") }
+            guard flags & ~7 == 0 else { throw CheckpointProblem("stream '\(name)' has flags \(flags)") }
             if flags & 1 != 0 {
-                entry.snapshot = Location(packed: try cursor.word64())
-                entry.snapshotVersion = try cursor.word64()
-                guard inside(entry.snapshot), entry.snapshotVersion <= entry.version else {
-                    throw CheckpointProblem("the snapshot of '\(name)' is not in the log it covers")
+                let count = try cursor.byte()
+                for _ in 0..<count {
+                    let location = Location(packed: try cursor.word64())
+                    let version = try cursor.word64()
+                    guard inside(location), version <= entry.version,
+                        version > entry.snapshots.last?.version ?? 0
+                            || entry.snapshots.isEmpty
+                    else {
+                        throw CheckpointProblem("a snapshot of '\(name)' is not in the log it covers")
+                    }
+                    entry.snapshots.append(StreamEntry.SnapshotRef(location: location, version: version))
                 }
             }
             if flags & 2 != 0 {
@@ -280,6 +303,12 @@ struct IndexCheckpoint {
                         throw CheckpointProblem("a checkpoint of '\(name)' is not in the log it covers")
                     }
                     entry.checkpoints.append(StreamEntry.Checkpoint(first: first, location: location))
+                }
+            }
+            if flags & 4 != 0 {
+                entry.chainStart = Location(packed: try cursor.word64())
+                guard inside(entry.chainStart) else {
+                    throw CheckpointProblem("the chain of '\(name)' does not start in the log it covers")
                 }
             }
             guard entry.tail == .none ? entry.version == 0 : entry.version > 0 && inside(entry.tail) else {
@@ -298,7 +327,7 @@ struct IndexCheckpoint {
                 "it holds \(read) streams of \(total) events, not the \(count) of \(events) it says"
             )
         }
-        return IndexCheckpoint(segments: segments, events: events, streams: streams)
+        return IndexCheckpoint(segments: segments, events: events, streams: streams, tracking: tracking)
     }
 
     /// Reads a checkpoint's bytes, every read checked against the end.

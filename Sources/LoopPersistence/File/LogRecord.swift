@@ -22,8 +22,10 @@ struct Location: Hashable, Sendable {
 /// stream in one call (so an append is all or nothing on disk), or a snapshot.
 ///
 /// ```
-/// kind: UInt8 (1 events, 2 snapshot, 3 commit) | stream length: UInt32 | stream: UTF-8 | version: UInt64
-/// events:   previous: UInt64 (Location of the stream's previous events record) | count: UInt32
+/// kind: UInt8 (1 events, 2 snapshot, 3 commit, 4 relocated events) | stream length: UInt32 | stream: UTF-8
+///       | version: UInt64
+/// events, relocated events:
+///           previous: UInt64 (Location of the stream's previous events record) | count: UInt32
 ///           | count x (length: UInt32 | payload)
 /// snapshot: payload (the rest)
 /// commit:   (after the kind) start: UInt64, the offset where its group commit began
@@ -31,8 +33,14 @@ struct Location: Hashable, Sendable {
 ///
 /// For events, `version` is the first event's; for a snapshot, the last event folded into it. All
 /// integers are little-endian.
+///
+/// Relocated events are the copies compaction makes of the events a stream keeps (see
+/// ``FileEventStore/Retention``): the first of a relocation has no previous record and starts the
+/// stream's chain afresh, the records before it in the log are the stream's no longer; it may hold no
+/// events at all, when the stream keeps none (only its version then).
 enum LogRecord: Equatable {
     case events(stream: String, first: UInt64, previous: Location, payloads: [[UInt8]])
+    case relocated(stream: String, first: UInt64, previous: Location, payloads: [[UInt8]])
     case snapshot(Snapshot)
     /// The end of one group commit: the records since the previous commit, which began at `start`,
     /// were all written before this; a record after the last commit was never acknowledged.
@@ -41,15 +49,27 @@ enum LogRecord: Equatable {
     static let eventsKind: UInt8 = 1
     static let snapshotKind: UInt8 = 2
     static let commitKind: UInt8 = 3
+    static let relocatedKind: UInt8 = 4
+
+    /// The events a record holds, either kind.
+    var events: (stream: String, first: UInt64, previous: Location, payloads: [[UInt8]])? {
+        switch self {
+        case .events(let stream, let first, let previous, let payloads),
+            .relocated(let stream, let first, let previous, let payloads):
+            (stream, first, previous, payloads)
+        case .snapshot, .commit: nil
+        }
+    }
 
     /// The encoded record.
     func encode() -> [UInt8] {
         var bytes: [UInt8] = []
         switch self {
-        case .events(let stream, let first, let previous, let payloads):
+        case .events(let stream, let first, let previous, let payloads),
+            .relocated(let stream, let first, let previous, let payloads):
             let utf8 = Array(stream.utf8)
             bytes.reserveCapacity(29 + utf8.count + payloads.reduce(0) { $0 + 4 + $1.count })
-            bytes.append(Self.eventsKind)
+            if case .relocated = self { bytes.append(Self.relocatedKind) } else { bytes.append(Self.eventsKind) }
             Self.put(UInt32(utf8.count), &bytes)
             bytes += utf8
             Self.put(first, &bytes)
@@ -92,17 +112,22 @@ enum LogRecord: Equatable {
         let stream = String(decoding: try reader.take(length), as: UTF8.self)
         let version = try reader.word64()
         switch kind {
-        case eventsKind:
+        case eventsKind, relocatedKind:
             let previous = Location(packed: try reader.word64())
             let count = Int(try reader.word32())
-            // Each event takes at least its 4-byte length: a larger count is damage, not a batch.
-            guard count <= reader.remaining / 4, count > 0 else { throw RecordError("a batch of \(count) events") }
+            // Each event takes at least its 4-byte length: a larger count is damage, not a batch. Only the
+            // start of a relocation may hold none.
+            guard count <= reader.remaining / 4, count > 0 || (kind == relocatedKind && previous == .none) else {
+                throw RecordError("a batch of \(count) events")
+            }
             var payloads: [[UInt8]] = []
             payloads.reserveCapacity(count)
             for _ in 0..<count { payloads.append(Array(try reader.take(Int(try reader.word32())))) }
             guard reader.remaining == 0 else { throw RecordError("\(reader.remaining) bytes after the last event") }
             guard version > 0 else { throw RecordError("an event at version 0") }
-            return .events(stream: stream, first: version, previous: previous, payloads: payloads)
+            return kind == eventsKind
+                ? .events(stream: stream, first: version, previous: previous, payloads: payloads)
+                : .relocated(stream: stream, first: version, previous: previous, payloads: payloads)
         case snapshotKind:
             return .snapshot(
                 Snapshot(stream: stream, version: version, payload: Array(try reader.take(reader.remaining)))

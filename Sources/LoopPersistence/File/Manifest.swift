@@ -16,8 +16,10 @@ internal import Darwin
 /// counts. After a crash the manifest is older than the log: the batches written since are checked only
 /// by their frames and commit records.
 struct Manifest: Hashable {
-    /// The log files, `segment-00000000.log` onwards.
+    /// The log files, `segment-00000000.log` onwards: one more than the last one's number.
     var segments: Int
+    /// The first log file kept: those before it were removed by compaction.
+    var first = 0
     /// The committed length of the last of them.
     var committed: Int
     /// The committed length of all of them together.
@@ -32,7 +34,8 @@ struct Manifest: Hashable {
 
     static let name = "store.manifest"
     private static let magic: [UInt8] = Array("ELMF".utf8)
-    private static let version: UInt8 = 1
+    /// 2 since compaction (the first log file kept); 1 is read as first 0.
+    private static let version: UInt8 = 2
     /// The size of each of the two slots.
     static let slot = 64
 
@@ -47,6 +50,7 @@ struct Manifest: Hashable {
         put(UInt64(committed))
         put(UInt64(bytes))
         put(events)
+        put(UInt64(first))
         let framed = RecordFrame.encode(payload)
         return framed + [UInt8](repeating: 0, count: Self.slot - framed.count)
     }
@@ -57,20 +61,27 @@ struct Manifest: Hashable {
             return .failure(ManifestProblem("it is incomplete or fails its checksum"))
         }
         let body = Array(payload)
-        guard body.count == 46, Array(body[0..<4]) == magic else {
+        guard body.count >= 5, Array(body[0..<4]) == magic else {
             return .failure(ManifestProblem("it is not a store manifest"))
         }
-        guard body[4] == version else { return .failure(ManifestProblem("it has version \(body[4]), not \(version)")) }
+        guard body[4] == version || body[4] == 1 else {
+            return .failure(ManifestProblem("it has version \(body[4]), not \(version)"))
+        }
+        guard body.count == (body[4] == 1 ? 46 : 54) else {
+            return .failure(ManifestProblem("it is \(body.count) bytes"))
+        }
         func word(_ at: Int) -> UInt64 {
             body[at..<at + 8].reversed().reduce(0) { $0 << 8 | UInt64($1) }
         }
         let (sequence, segments, committed, bytes, events) = (word(6), word(14), word(22), word(30), word(38))
-        guard segments < 1 << 31, committed < 1 << 40, bytes < 1 << 62 else {
+        let first = body[4] == 1 ? 0 : word(46)
+        guard segments < 1 << 31, first < max(1, segments), committed < 1 << 40, bytes < 1 << 62 else {
             return .failure(ManifestProblem("its counts are out of range"))
         }
         return .success(
             Manifest(
                 segments: Int(segments),
+                first: Int(first),
                 committed: Int(committed),
                 bytes: Int(bytes),
                 events: events,

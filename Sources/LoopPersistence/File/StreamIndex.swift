@@ -12,11 +12,43 @@ struct StreamEntry: Sendable {
         var location: Location
     }
 
+    /// A snapshot record the stream keeps: where it is, and the version it folds up to.
+    struct SnapshotRef: Sendable, Hashable {
+        var location: Location
+        var version: UInt64
+    }
+
     var version: UInt64 = 0
     var tail: Location = .none
-    var snapshot: Location = .none
-    var snapshotVersion: UInt64 = 0
+    /// The snapshots kept, oldest first: the latest one, or under a retention policy the latest N.
+    var snapshots: [SnapshotRef] = []
     var checkpoints: [Checkpoint] = []
+    /// Where the stream's chain starts when compaction relocated it: its records before this in the log
+    /// are no longer its; `.none` when it was never relocated (or its old records are gone).
+    var chainStart: Location = .none
+
+    /// The latest snapshot's record, or `.none`.
+    var snapshot: Location { snapshots.last?.location ?? .none }
+    /// The latest snapshot's version, or 0.
+    var snapshotVersion: UInt64 { snapshots.last?.version ?? 0 }
+
+    /// Records a snapshot of `version` at `location`, keeping the latest `keep` (at least one); a second
+    /// record of a kept version (a relocated copy) replaces the first.
+    mutating func saved(_ version: UInt64, at location: Location, keep: Int) {
+        if let index = snapshots.firstIndex(where: { $0.version == version }) {
+            snapshots[index].location = location
+            return
+        }
+        guard version > snapshotVersion || snapshots.isEmpty else { return }
+        snapshots.append(SnapshotRef(location: location, version: version))
+        if snapshots.count > max(1, keep) { snapshots.removeFirst(snapshots.count - max(1, keep)) }
+    }
+
+    /// The version up to which events may go under a policy keeping the events after the latest `keep`
+    /// snapshots: the oldest of them, once there are that many; 0 (keep every event) before.
+    func retainedAfter(keep: Int) -> UInt64 {
+        keep > 0 && snapshots.count >= keep ? snapshots[snapshots.count - keep].version : 0
+    }
 
     /// Records an events record of `count` events starting at `first`, at `location`.
     mutating func appended(first: UInt64, count: Int, at location: Location) {
@@ -66,8 +98,9 @@ struct StreamTable: Sendable {
         repeating: OpenTable(empty: Core(version: 0, tail: .none)),
         count: shardCount
     )
-    private var snapshots: [String: (location: Location, version: UInt64)] = [:]
+    private var snapshots: [String: [StreamEntry.SnapshotRef]] = [:]
     private var checkpoints: [String: [StreamEntry.Checkpoint]] = [:]
+    private var chainStarts: [String: Location] = [:]
     private(set) var count = 0
 
     private static func shard(of stream: String) -> Int {
@@ -82,9 +115,9 @@ struct StreamTable: Sendable {
             var entry = StreamEntry()
             entry.version = core?.version ?? 0
             entry.tail = core?.tail ?? .none
-            entry.snapshot = snapshot?.location ?? .none
-            entry.snapshotVersion = snapshot?.version ?? 0
+            entry.snapshots = snapshot ?? []
             entry.checkpoints = checkpoints[stream] ?? []
+            entry.chainStart = chainStarts[stream] ?? .none
             return entry
         }
         set {
@@ -92,9 +125,34 @@ struct StreamTable: Sendable {
             // Streams are never removed: a store only grows.
             guard let entry = newValue else { return }
             if shards[shard].update(Core(version: entry.version, tail: entry.tail), for: stream) { count += 1 }
-            if entry.snapshot != .none { snapshots[stream] = (entry.snapshot, entry.snapshotVersion) }
-            if !entry.checkpoints.isEmpty { checkpoints[stream] = entry.checkpoints }
+            Self.keep(entry.snapshots, for: stream, in: &snapshots)
+            Self.keep(entry.checkpoints, for: stream, in: &checkpoints)
+            if entry.chainStart != .none {
+                chainStarts[stream] = entry.chainStart
+            } else if chainStarts[stream] != nil {
+                chainStarts[stream] = nil
+            }
         }
+    }
+
+    /// Sets or clears `stream`'s list in a side table, which holds only the streams that have one.
+    private static func keep<Item>(_ items: [Item], for stream: String, in table: inout [String: [Item]]) {
+        if !items.isEmpty {
+            table[stream] = items
+        } else if table[stream] != nil {
+            table[stream] = nil
+        }
+    }
+
+    /// Forgets every location in the log files before `segment`, which compaction removed: checkpoints
+    /// there go, and a chain start there means the stream's older records are gone with them.
+    mutating func forget(before segment: Int) {
+        let limit = Location(segment: segment, offset: 0).packed
+        for (stream, list) in checkpoints where list.first.map({ $0.location.packed < limit }) ?? false {
+            let kept = list.filter { $0.location.packed >= limit }
+            checkpoints[stream] = kept.isEmpty ? nil : kept
+        }
+        for (stream, start) in chainStarts where start.packed < limit { chainStarts[stream] = nil }
     }
 
     /// Calls `body` with every stream and its entry, in no particular order.
@@ -104,11 +162,9 @@ struct StreamTable: Sendable {
                 var entry = StreamEntry()
                 entry.version = core.version
                 entry.tail = core.tail
-                if let snapshot = snapshots[stream] {
-                    entry.snapshot = snapshot.location
-                    entry.snapshotVersion = snapshot.version
-                }
+                entry.snapshots = snapshots[stream] ?? []
                 entry.checkpoints = checkpoints[stream] ?? []
+                entry.chainStart = chainStarts[stream] ?? .none
                 try body(stream, entry)
             }
         }
