@@ -11,6 +11,7 @@ if arguments.first == "cluster-node" { exit(await runClusterNode(arguments)) }
 if arguments.first == "cluster-send" { exit(await runClusterSend(arguments)) }
 // The durable fault test's process.
 if arguments.first == "durable-node" { exit(await runDurableNode(arguments)) }
+if arguments.first == "compacting-node" { exit(await runCompactingNode(arguments)) }
 let json = arguments.contains("--json")
 let sizes = arguments.contains("--quick") ? Sizes.quick : Sizes.full
 let only = arguments.firstIndex(of: "--only").flatMap { arguments.indices.contains($0 + 1) ? arguments[$0 + 1] : nil }
