@@ -39,6 +39,8 @@ struct Sizes {
     var w15Requests: Int
     var w16Events: Int
     var w16Streams: Int
+    var w17Events: Int
+    var w17ShrinkStreams: Int
 
     static let full = Sizes(
         runs: 5,
@@ -61,7 +63,9 @@ struct Sizes {
         w13Requests: 3_000,
         w15Requests: 500,
         w16Events: 10_000_000,
-        w16Streams: 100_000
+        w16Streams: 100_000,
+        w17Events: 1_000_000,
+        w17ShrinkStreams: 100_000
     )
     static let quick = Sizes(
         runs: 3,
@@ -84,7 +88,9 @@ struct Sizes {
         w13Requests: 100,
         w15Requests: 50,
         w16Events: 200_000,
-        w16Streams: 2_000
+        w16Streams: 2_000,
+        w17Events: 100_000,
+        w17ShrinkStreams: 2_000
     )
 }
 
