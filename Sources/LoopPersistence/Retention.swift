@@ -19,7 +19,7 @@ public enum Retention: Hashable, Sendable, CustomStringConvertible {
     case afterSnapshots(Int)
 
     /// How many snapshots of a stream the index tracks: the latest one, or the latest `count`.
-    var trackedSnapshots: Int {
+    package var trackedSnapshots: Int {
         switch self {
         case .keepAll: 1
         case .afterSnapshots(let count): max(1, count)
@@ -27,7 +27,7 @@ public enum Retention: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// The `count` of ``afterSnapshots(_:)``, or 0 when everything is kept.
-    var keptSnapshots: Int {
+    package var keptSnapshots: Int {
         switch self {
         case .keepAll: 0
         case .afterSnapshots(let count): max(1, count)

@@ -20,6 +20,9 @@ internal import Synchronization
 ///   same version cannot both commit: the database refuses the second, which reports
 ///   ``/LoopPersistence/EventStoreError/Kind/versionConflict(expected:actual:)``. A batch that meets
 ///   such a conflict is rolled back and checked again, so the other appends of the batch still commit.
+/// - **Retention.** With ``/LoopPersistence/Retention/afterSnapshots(_:)``, each save keeps the stream's
+///   latest N snapshots and deletes its events up to the oldest of them (never its last event, which
+///   holds its version), 10,000 rows per statement; reads from below it fail as `invalid`.
 /// - **Failures.** A broken connection fails the appends of the batch under way with
 ///   ``/LoopPersistence/EventStoreError/Kind/unavailable(reason:)`` (when it broke during `COMMIT`, the
 ///   batch may or may not have been stored: the next append's version check tells); the next operation
@@ -36,6 +39,7 @@ public final class PostgresEventStore: EventStore {
     private let writer: PostgresWorker
     private let reader: PostgresWorker
     private let schema: String
+    private let retention: Retention
     private let queue = Locked(WriteQueue())
     /// How appends prove their writer owns their streams, for a cluster node's store.
     private let fencing = Locked<PostgresBatch.Fencing?>(nil)
@@ -75,8 +79,14 @@ public final class PostgresEventStore: EventStore {
     ///
     /// - Throws: ``/LoopPersistence/EventStoreError`` `.invalid` for a bad schema name, `.unavailable`
     ///   when the server cannot be reached or its schema is newer than this library.
-    public convenience init(connecting conninfo: String, schema: String = "effectloop") async throws {
-        try await self.init(connecting: conninfo, schema: schema, inboxOf: nil)
+    ///
+    /// `retention` says which events the store keeps (every one by default).
+    public convenience init(
+        connecting conninfo: String,
+        schema: String = "effectloop",
+        retention: Retention = .keepAll
+    ) async throws {
+        try await self.init(connecting: conninfo, schema: schema, inboxOf: nil, retention: retention)
     }
 
     /// A store whose appends also consume inbox rows: `inboxOf` reads, from an event's payload, the id of
@@ -86,9 +96,11 @@ public final class PostgresEventStore: EventStore {
         connecting conninfo: String,
         schema: String,
         inboxOf: (@Sendable ([UInt8]) -> Int64?)?,
-        applicationName: String? = nil
+        applicationName: String? = nil,
+        retention: Retention = .keepAll
     ) async throws {
         self.inboxOf = inboxOf
+        self.retention = retention
         guard Self.isIdentifier(schema) else {
             throw EventStoreError(.invalid(reason: "schema name '\(schema)' is not a plain SQL identifier"))
         }
@@ -164,6 +176,20 @@ public final class PostgresEventStore: EventStore {
     public func read(_ stream: String, after version: UInt64, limit: Int) async throws -> [StoredEvent] {
         guard limit > 0 else { return [] }
         let table = "\(schema).events"
+        let (snapshots, keep) = ("\(schema).snapshots", retention.keptSnapshots)
+        if keep > 0 {
+            let kept = try await reading(stream, "read the retention point") { connection throws(PostgresError) in
+                try Self.retainedAfter(stream, keep: keep, in: snapshots, on: connection)
+            }
+            guard version >= kept else {
+                throw EventStoreError(
+                    .invalid(
+                        reason: "events up to version \(kept) are not kept (\(retention)): read after \(kept) or later"
+                    ),
+                    stream: stream
+                )
+            }
+        }
         return try await reading(stream, "read events") { connection throws(PostgresError) in
             let rows = try connection.execute(
                 "SELECT version, payload FROM \(table) WHERE stream = $1 AND version > $2 ORDER BY version LIMIT $3",
@@ -200,17 +226,63 @@ public final class PostgresEventStore: EventStore {
                 stream: snapshot.stream
             )
         }
-        let table = "\(schema).snapshots"
+        let (table, events) = ("\(schema).snapshots", "\(schema).events")
+        let (tracked, keep) = (retention.trackedSnapshots, retention.keptSnapshots)
         _ = try await reading(snapshot.stream, "save a snapshot") { connection throws(PostgresError) in
             try connection.execute(
                 """
-                INSERT INTO \(table) (stream, version, payload) VALUES ($1, $2, $3)
-                ON CONFLICT (stream) DO UPDATE SET version = excluded.version, payload = excluded.payload
-                WHERE \(table).version < excluded.version
+                INSERT INTO \(table) (stream, version, payload) SELECT $1, $2, $3
+                WHERE NOT EXISTS (SELECT 1 FROM \(table) WHERE stream = $1 AND version >= $2)
                 """,
                 [.text(snapshot.stream), .int(Int64(clamping: snapshot.version)), .bytes(snapshot.payload)]
             )
+            // The latest `tracked` snapshots stay (one when every event is kept, as before retention).
+            try connection.execute(
+                """
+                DELETE FROM \(table) WHERE stream = $1 AND version < (
+                    SELECT version FROM \(table) WHERE stream = $1 ORDER BY version DESC OFFSET $2 LIMIT 1
+                )
+                """,
+                [.text(snapshot.stream), .int(Int64(tracked - 1))]
+            )
+            guard keep > 0 else { return }
+            let kept = try Self.retainedAfter(snapshot.stream, keep: keep, in: table, on: connection)
+            guard kept > 0 else { return }
+            // In bounded statements, each its own transaction; the last event stays: it holds the version.
+            while true {
+                let deleted = try connection.execute(
+                    """
+                    WITH gone AS (
+                        SELECT version FROM \(events) WHERE stream = $1 AND version <= $2
+                        AND version < (SELECT max(version) FROM \(events) WHERE stream = $1)
+                        ORDER BY version LIMIT \(Self.deletionsPerStatement)
+                    )
+                    DELETE FROM \(events) WHERE stream = $1 AND version IN (SELECT version FROM gone)
+                    RETURNING 1
+                    """,
+                    [.text(snapshot.stream), .int(Int64(clamping: kept))]
+                )
+                guard deleted.rows.count == Self.deletionsPerStatement else { break }
+            }
         }
+    }
+
+    /// The most event rows one statement of retention deletes.
+    static let deletionsPerStatement = 10_000
+
+    /// The version up to which `stream` keeps no events under a policy keeping the events after its
+    /// latest `keep` snapshots: the oldest of them, once it has that many; 0 before.
+    private static func retainedAfter(
+        _ stream: String,
+        keep: Int,
+        in snapshots: String,
+        on connection: PostgresConnection
+    ) throws(PostgresError) -> UInt64 {
+        let rows = try connection.execute(
+            "SELECT version FROM \(snapshots) WHERE stream = $1 ORDER BY version DESC OFFSET $2 LIMIT 1",
+            [.text(stream), .int(Int64(keep - 1))]
+        )
+        return rows.rows.isEmpty ? 0 : try rows.version(0, 0)
     }
 
     /// See ``/LoopPersistence/EventStore/latestSnapshot(of:)``.
@@ -218,7 +290,7 @@ public final class PostgresEventStore: EventStore {
         let table = "\(schema).snapshots"
         return try await reading(stream, "read the latest snapshot") { connection throws(PostgresError) in
             let rows = try connection.execute(
-                "SELECT version, payload FROM \(table) WHERE stream = $1",
+                "SELECT version, payload FROM \(table) WHERE stream = $1 ORDER BY version DESC LIMIT 1",
                 [.text(stream)]
             )
             guard !rows.rows.isEmpty else { return nil }

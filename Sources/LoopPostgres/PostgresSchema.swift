@@ -107,6 +107,11 @@ enum PostgresSchema {
                 "CREATE INDEX awake_by_shard ON \(schema).awake (shard)",
                 "INSERT INTO \(schema).awake (stream, shard) SELECT DISTINCT stream, shard FROM \(schema).events",
             ],
+            // Retention: a stream may keep several snapshots (its latest N, under `Retention.afterSnapshots`).
+            [
+                "ALTER TABLE \(schema).snapshots DROP CONSTRAINT snapshots_pkey",
+                "ALTER TABLE \(schema).snapshots ADD PRIMARY KEY (stream, version)",
+            ],
         ]
     }
 

@@ -86,3 +86,21 @@ enum Guide {
         try await accounts.finish()
     }
 }
+
+/// The retention example of Docs/Persistence.md ("Retention and compaction"), as it is there.
+@Suite struct RetentionGuideTests {
+    @Test func theRetentionExampleOpensAStoreKeepingWhatItSays() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try FileEventStore(
+            directory: directory.path,
+            options: .init(retention: .afterSnapshots(2))
+        )
+        for version in 1...3 as ClosedRange<UInt64> {
+            _ = try await store.append([[UInt8(version)]], to: "order-17", expecting: version - 1)
+            try await store.save(Snapshot(stream: "order-17", version: version, payload: []))
+        }
+        #expect(try await store.read("order-17", after: 2, limit: 10).map(\.payload) == [[3]])
+        await #expect(throws: EventStoreError.self) { try await store.read("order-17", after: 1, limit: 10) }
+        await store.close()
+    }
+}

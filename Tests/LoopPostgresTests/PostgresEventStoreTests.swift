@@ -190,3 +190,41 @@ struct PostgresRefusalTests {
         await store.close()
     }
 }
+
+@Suite("PostgresEventStore, retention")
+struct PostgresRetentionTests {
+    @Test func retentionKeepsTheEventsAfterTheLatestSnapshotsAndDeletesTheRestInBatches() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let store = try await PostgresEventStore(connecting: database, retention: .afterSnapshots(2))
+        var version: UInt64 = 0
+        for round in 1...3 {
+            let batch = (0..<12_000).map { Array("e\(round)-\($0)".utf8) }
+            version = try await store.append(batch, to: "hot", expecting: version)
+            try await store.save(Snapshot(stream: "hot", version: version, payload: [UInt8(round)]))
+        }
+        // An older snapshot saved late changes nothing.
+        try await store.save(Snapshot(stream: "hot", version: 100, payload: [9]))
+        #expect(try await store.version(of: "hot") == 36_000)
+        #expect(try await store.latestSnapshot(of: "hot") == Snapshot(stream: "hot", version: 36_000, payload: [3]))
+        let kept = try await store.read("hot", after: 24_000, limit: 100_000)
+        #expect(kept.map(\.version) == Array(24_001...36_000))
+        #expect(kept.last?.payload == Array("e3-11999".utf8))
+        await #expect(throws: EventStoreError.self) { try await store.read("hot", after: 23_999, limit: 10) }
+        let rows = try TemporaryPostgres.psql(
+            database,
+            sql: "SELECT (SELECT count(*) FROM effectloop.events), (SELECT count(*) FROM effectloop.snapshots)"
+        )
+        #expect(rows.filter { !$0.isWhitespace } == "12000|2")
+
+        // A stream that keeps no event keeps its last one, and so its version.
+        _ = try await store.append([[1], [2], [3]], to: "done", expecting: 0)
+        try await store.save(Snapshot(stream: "done", version: 3, payload: [3]))
+        let only = try await PostgresEventStore(connecting: database, retention: .afterSnapshots(1))
+        try await only.save(Snapshot(stream: "done", version: 3, payload: [3]))
+        #expect(try await only.version(of: "done") == 3)
+        #expect(try await only.append([[4]], to: "done", expecting: 3) == 4)
+        #expect(try await only.read("done", after: 3, limit: 10).map(\.payload) == [[4]])
+        await only.close()
+        await store.close()
+    }
+}
