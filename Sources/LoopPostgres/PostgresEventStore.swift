@@ -190,7 +190,7 @@ public final class PostgresEventStore: EventStore {
                 )
             }
         }
-        return try await reading(stream, "read events") { connection throws(PostgresError) in
+        let events = try await reading(stream, "read events") { connection throws(PostgresError) in
             let rows = try connection.execute(
                 "SELECT version, payload FROM \(table) WHERE stream = $1 AND version > $2 ORDER BY version LIMIT $3",
                 [.text(stream), .int(Int64(clamping: version)), .int(Int64(limit))]
@@ -203,6 +203,14 @@ public final class PostgresEventStore: EventStore {
             }
             return events
         }
+        // A save between the check and the select may have deleted the events asked for: never a gap.
+        if keep > 0, let first = events.first, first.version != version + 1 {
+            throw EventStoreError(
+                .invalid(reason: "events up to version \(first.version - 1) are not kept (\(retention))"),
+                stream: stream
+            )
+        }
+        return events
     }
 
     /// See ``/LoopPersistence/EventStore/version(of:)``.
@@ -233,6 +241,7 @@ public final class PostgresEventStore: EventStore {
                 """
                 INSERT INTO \(table) (stream, version, payload) SELECT $1, $2, $3
                 WHERE NOT EXISTS (SELECT 1 FROM \(table) WHERE stream = $1 AND version >= $2)
+                ON CONFLICT (stream, version) DO NOTHING
                 """,
                 [.text(snapshot.stream), .int(Int64(clamping: snapshot.version)), .bytes(snapshot.payload)]
             )

@@ -22,7 +22,7 @@ public final class PostgresInbox: Sendable {
     private let schema: String
 
     /// Connects to the database `conninfo` names and installs or upgrades the schema, as
-    /// ``PostgresEventStore/init(connecting:schema:)`` does.
+    /// ``PostgresEventStore/init(connecting:schema:retention:)`` does.
     public init(connecting conninfo: String, schema: String = "effectloop") async throws {
         guard PostgresEventStore.isIdentifier(schema) else {
             throw EventStoreError(.invalid(reason: "schema name '\(schema)' is not a plain SQL identifier"))

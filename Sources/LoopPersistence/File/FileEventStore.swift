@@ -264,7 +264,9 @@ public final class FileEventStore: AppendingWithCompletion {
 
     deinit {
         shared.withLock { shared in
-            for descriptor in shared.segments + shared.retired where descriptor >= 0 { Files.release(descriptor) }
+            for descriptor in shared.segments + shared.retired.map(\.descriptor) where descriptor >= 0 {
+                Files.release(descriptor)
+            }
             shared.segments = []
             shared.retired = []
         }
@@ -404,7 +406,8 @@ public final class FileEventStore: AppendingWithCompletion {
         entry: StreamEntry,
         segments: [Int32],
         after version: UInt64,
-        limit: Int
+        limit: Int,
+        available: Bool = false
     ) throws(EventStoreError) -> [StoredEvent] {
         guard version < entry.version, limit > 0 else { return [] }
         let last = version + min(UInt64(limit), entry.version - version)
@@ -421,7 +424,14 @@ public final class FileEventStore: AppendingWithCompletion {
             )
         }
         while location != .none {
-            guard location.segment >= segments.count || segments[location.segment] >= 0 else { throw removed() }
+            guard location.segment >= segments.count || segments[location.segment] >= 0 else {
+                // With `available`, the events left after those compaction removed.
+                if available {
+                    reached = true
+                    break
+                }
+                throw removed()
+            }
             let record = try readRecord(at: location, segments: segments)
             guard let (found, first, previous, payloads) = record.events, found == stream else {
                 throw corruption(at: location, "the record is not an events record of '\(stream)'")
@@ -432,7 +442,13 @@ public final class FileEventStore: AppendingWithCompletion {
                 break
             }
             earliest = first
-            if previous == .none, case .relocated = record { throw removed() }
+            if previous == .none, case .relocated = record {
+                if available {
+                    reached = true
+                    break
+                }
+                throw removed()
+            }
             location = previous
         }
         guard reached else {
@@ -460,20 +476,19 @@ public final class FileEventStore: AppendingWithCompletion {
         _ stream: String,
         _ body: (StreamEntry?, [Int32]) throws(EventStoreError) -> Value
     ) throws(EventStoreError) -> Value {
-        let view = shared.withLock { shared -> (StreamEntry?, [Int32])? in
+        let view = shared.withLock { shared -> (StreamEntry?, [Int32], UInt64)? in
             guard !shared.closed else { return nil }
-            shared.readers += 1
-            return (shared.streams[stream], shared.segments)
+            shared.readers[shared.epoch, default: 0] += 1
+            return (shared.streams[stream], shared.segments, shared.epoch)
         }
-        guard let (entry, segments) = view else { throw Self.closedError }
+        guard let (entry, segments, epoch) = view else { throw Self.closedError }
         defer {
-            let retired = shared.withLock { shared -> [Int32] in
-                shared.readers -= 1
-                guard shared.readers == 0, !shared.retired.isEmpty else { return [] }
-                defer { shared.retired = [] }
-                return shared.retired
+            let unused = shared.withLock { shared -> [Int32] in
+                shared.readers[epoch, default: 1] -= 1
+                if shared.readers[epoch] == 0 { shared.readers[epoch] = nil }
+                return shared.releasable()
             }
-            for descriptor in retired { Files.release(descriptor) }
+            for descriptor in unused { Files.release(descriptor) }
         }
         return try body(entry, segments)
     }
@@ -538,13 +553,15 @@ public final class FileEventStore: AppendingWithCompletion {
     }
 
     /// What compaction copies of one stream: the events it keeps (when `events` is not `nil`: those from
-    /// version `from` to `version`, which the writer completes with any appended since) and snapshots.
+    /// version `from` to `version`, which the writer completes with any appended since) and snapshots,
+    /// each with where it was read (copied only if the stream still keeps that record: a save of the same
+    /// version since replaced it).
     struct Relocation {
         let stream: String
         let from: UInt64
         let version: UInt64
         let events: [[UInt8]]?
-        let snapshots: [Snapshot]
+        let snapshots: [(snapshot: Snapshot, source: Location)]
     }
 
     struct Queued {
@@ -596,8 +613,22 @@ public final class FileEventStore: AppendingWithCompletion {
         var first = 0
         /// Reads under way (``reading(_:_:)``), and the descriptors of removed log files they may
         /// still use: closed when none runs.
-        var readers = 0
-        var retired: [Int32] = []
+        var readers: [UInt64: Int] = [:]
+        /// Reads count under the epoch they started in; each removal of a log file starts a new one.
+        var epoch: UInt64 = 0
+        /// Descriptors of removed log files, with the epoch they were removed in: reads of that epoch or
+        /// before may still use them.
+        var retired: [(descriptor: Int32, epoch: UInt64)] = []
+
+        /// Takes out the retired descriptors no read in progress can use (the reads that started before
+        /// their removal have all ended).
+        mutating func releasable() -> [Int32] {
+            guard !retired.isEmpty else { return [] }
+            let oldest = readers.keys.min() ?? .max
+            let unused = retired.filter { $0.epoch < oldest }.map(\.descriptor)
+            if !unused.isEmpty { retired.removeAll { $0.epoch < oldest } }
+            return unused
+        }
         /// Whether a compaction pass is queued or running.
         var compacting = false
         /// The number of log files before which no compaction starts by itself: a pass that found nothing
@@ -884,7 +915,8 @@ public final class FileEventStore: AppendingWithCompletion {
             }
             entry = fresh
         }
-        for snapshot in relocation.snapshots where entry.snapshots.contains(where: { $0.version == snapshot.version }) {
+        for (snapshot, source) in relocation.snapshots where entry.snapshots.contains(where: { $0.location == source })
+        {
             let at = location()
             bytes += RecordFrame.encode(LogRecord.snapshot(snapshot).encode())
             records += 1
@@ -1120,9 +1152,12 @@ public final class FileEventStore: AppendingWithCompletion {
         }
         guard start else { return }
         compactor.async {
-            // A failed pass leaves everything in place; the next sealed file tries again.
-            _ = try? self.compactPass()
-            self.shared.withLock { $0.compacting = false }
+            // A failed pass leaves everything in place; a few log files later, another tries again.
+            let failed = (try? self.compactPass()) == nil
+            self.shared.withLock { shared in
+                shared.compacting = false
+                if failed { shared.compactionHeld = shared.segments.count + 4 }
+            }
         }
     }
 
@@ -1281,24 +1316,27 @@ public final class FileEventStore: AppendingWithCompletion {
             let relocation = try reading(stream) { (entry, segments) throws(EventStoreError) -> Relocation? in
                 guard let entry else { return nil }
                 let after = entry.retainedAfter(keep: keep)
+                // From what the policy keeps, or what is left of it: a policy that keeps more than it
+                // did when earlier files were removed (a larger N) cannot bring those back.
                 let events =
                     move.events
-                    ? try events(
+                    ? try self.events(
                         of: stream,
                         entry: entry,
                         segments: segments,
                         after: after,
-                        limit: Int(entry.version - after)
-                    ).map(\.payload) : nil
-                var snapshots: [Snapshot] = []
+                        limit: Int(entry.version - after),
+                        available: true
+                    ) : nil
+                var snapshots: [(snapshot: Snapshot, source: Location)] = []
                 for location in move.snapshots {
-                    snapshots.append(try snapshot(of: stream, at: location, segments: segments))
+                    snapshots.append((try snapshot(of: stream, at: location, segments: segments), location))
                 }
                 return Relocation(
                     stream: stream,
-                    from: after + 1,
+                    from: events?.first?.version ?? entry.version + 1,
                     version: entry.version,
-                    events: events,
+                    events: events?.map(\.payload),
                     snapshots: snapshots
                 )
             }
@@ -1341,7 +1379,9 @@ public final class FileEventStore: AppendingWithCompletion {
             let descriptor = shared.segments[segment]
             shared.segments[segment] = -1
             // A read that took the descriptors before may still use this one.
-            if shared.readers == 0 { Files.release(descriptor) } else { shared.retired.append(descriptor) }
+            shared.retired.append((descriptor, shared.epoch))
+            shared.epoch += 1
+            for unused in shared.releasable() { Files.release(unused) }
             if segment < shared.sealedFiles.count {
                 shared.sealedFiles[segment] = IndexCheckpoint.Covered(committed: 0, fingerprint: 0)
             }
@@ -1503,7 +1543,11 @@ public final class FileEventStore: AppendingWithCompletion {
             do {
                 return try recover(directory: directory, io: io, options: options)
             } catch {
-                guard case .corrupted = error.kind, attempt < 3 else { throw error }
+                // A log file removed by compaction as it was listed is missing, as it is opened.
+                var again = false
+                if case .corrupted = error.kind { again = true }
+                if case .io(let code, _) = error.kind, code == ENOENT { again = true }
+                guard again, attempt < 3 else { throw error }
                 attempt += 1
             }
         }
@@ -1530,9 +1574,12 @@ public final class FileEventStore: AppendingWithCompletion {
                 opened.recovery.lost = Loss(events: 0, reason: "\(error); the log was read without it")
             }
             opened.manifestSequence = manifest?.sequence ?? 0
-            let first = manifest?.first ?? 0
-            opened.first = first
             var numbers = try Files.names(in: directory).compactMap(segmentNumber).sorted()
+            // Without a manifest (one deleted, or damaged and accepted as lost), a compacted store's log
+            // starts at its lowest file; only with acceptLoss, as earlier files may be gone.
+            let lowest = manifest == nil && options.acceptLoss ? numbers.first ?? 0 : 0
+            let first = manifest?.first ?? lowest
+            opened.first = first
             // Log files before the first kept one are left of a compaction that crashed before deleting
             // them: the manifest that dropped them was written, so nothing in them is needed.
             for number in numbers where number < first && !options.readOnly {

@@ -32,15 +32,16 @@ struct StreamEntry: Sendable {
     /// The latest snapshot's version, or 0.
     var snapshotVersion: UInt64 { snapshots.last?.version ?? 0 }
 
-    /// Records a snapshot of `version` at `location`, keeping the latest `keep` (at least one); a second
-    /// record of a kept version (a relocated copy) replaces the first.
+    /// Records a snapshot of `version` at `location`, keeping the latest `keep` (at least one), in version
+    /// order; a second record of a kept version (a relocated copy, met after the stream's newer snapshots
+    /// when the log is read) replaces the first.
     mutating func saved(_ version: UInt64, at location: Location, keep: Int) {
         if let index = snapshots.firstIndex(where: { $0.version == version }) {
             snapshots[index].location = location
             return
         }
-        guard version > snapshotVersion || snapshots.isEmpty else { return }
-        snapshots.append(SnapshotRef(location: location, version: version))
+        let index = snapshots.firstIndex { $0.version > version } ?? snapshots.count
+        snapshots.insert(SnapshotRef(location: location, version: version), at: index)
         if snapshots.count > max(1, keep) { snapshots.removeFirst(snapshots.count - max(1, keep)) }
     }
 
@@ -110,14 +111,15 @@ struct StreamTable: Sendable {
     subscript(stream: String) -> StreamEntry? {
         get {
             let core = shards[Self.shard(of: stream)].value(for: stream)
-            let snapshot = snapshots[stream]
+            // The side tables are empty in many stores (no snapshots, no compaction): no lookup then.
+            let snapshot = snapshots.isEmpty ? nil : snapshots[stream]
             guard core != nil || snapshot != nil else { return nil }
             var entry = StreamEntry()
             entry.version = core?.version ?? 0
             entry.tail = core?.tail ?? .none
             entry.snapshots = snapshot ?? []
-            entry.checkpoints = checkpoints[stream] ?? []
-            entry.chainStart = chainStarts[stream] ?? .none
+            entry.checkpoints = checkpoints.isEmpty ? [] : checkpoints[stream] ?? []
+            entry.chainStart = chainStarts.isEmpty ? .none : chainStarts[stream] ?? .none
             return entry
         }
         set {
@@ -125,13 +127,16 @@ struct StreamTable: Sendable {
             // Streams are never removed: a store only grows.
             guard let entry = newValue else { return }
             if shards[shard].update(Core(version: entry.version, tail: entry.tail), for: stream) { count += 1 }
+            // A stream that was never relocated only gains snapshots and checkpoints: nothing to clear.
+            // A relocated one (a chain start) may have dropped its old chain's checkpoints.
+            if entry.chainStart == .none {
+                if !entry.snapshots.isEmpty { snapshots[stream] = entry.snapshots }
+                if !entry.checkpoints.isEmpty { checkpoints[stream] = entry.checkpoints }
+                return
+            }
             Self.keep(entry.snapshots, for: stream, in: &snapshots)
             Self.keep(entry.checkpoints, for: stream, in: &checkpoints)
-            if entry.chainStart != .none {
-                chainStarts[stream] = entry.chainStart
-            } else if chainStarts[stream] != nil {
-                chainStarts[stream] = nil
-            }
+            chainStarts[stream] = entry.chainStart
         }
     }
 
