@@ -106,17 +106,25 @@ import Glibc
         let directory = try TemporaryDirectory()
         var acknowledged = Acknowledged()
         // Compaction on its own would start at the first sealed file: off here, then run by hand.
-        let store = try Self.open(directory, retention: .keepAll)
-        try await Self.fill(store, events: 3_000, streams: 20, snapshotEvery: 10, into: &acknowledged)
-        let nothing = try await store.compact()
-        #expect(nothing == FileEventStore.Compaction())
-        await store.close()
+        do {
+            // Gone at the end of this block, its log files' descriptors with it.
+            let store = try Self.open(directory, retention: .keepAll)
+            try await Self.fill(store, events: 3_000, streams: 20, snapshotEvery: 10, into: &acknowledged)
+            let nothing = try await store.compact()
+            #expect(nothing == FileEventStore.Compaction())
+            await store.close()
+        }
         let before = try Self.logBytes(in: directory)
 
         let compacting = try Self.open(directory)
         let done = try await compacting.compact()
         #expect(done.removedFiles > 0)
         try await Self.expectKept(compacting, acknowledged)
+        // No read is under way: the removed files are closed, their space given back.
+        let open = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").compactMap {
+            try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0)
+        }
+        #expect(!open.contains { $0.hasPrefix(directory.path) && $0.hasSuffix("(deleted)") }, "\(open)")
         // Appends and snapshots go on after compaction.
         try await Self.fill(compacting, events: 400, streams: 20, snapshotEvery: 10, into: &acknowledged)
         try await Self.expectKept(compacting, acknowledged)

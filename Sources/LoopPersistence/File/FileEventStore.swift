@@ -478,14 +478,18 @@ public final class FileEventStore: AppendingWithCompletion {
     ) throws(EventStoreError) -> Value {
         let view = shared.withLock { shared -> (StreamEntry?, [Int32], UInt64)? in
             guard !shared.closed else { return nil }
-            shared.readers[shared.epoch, default: 0] += 1
+            shared.readers += 1
             return (shared.streams[stream], shared.segments, shared.epoch)
         }
         guard let (entry, segments, epoch) = view else { throw Self.closedError }
         defer {
             let unused = shared.withLock { shared -> [Int32] in
-                shared.readers[epoch, default: 1] -= 1
-                if shared.readers[epoch] == 0 { shared.readers[epoch] = nil }
+                if epoch == shared.epoch {
+                    shared.readers -= 1
+                    return []
+                }
+                shared.draining[epoch, default: 1] -= 1
+                if shared.draining[epoch] == 0 { shared.draining[epoch] = nil }
                 return shared.releasable()
             }
             for descriptor in unused { Files.release(descriptor) }
@@ -613,9 +617,11 @@ public final class FileEventStore: AppendingWithCompletion {
         var first = 0
         /// Reads under way (``reading(_:_:)``), and the descriptors of removed log files they may
         /// still use: closed when none runs.
-        var readers: [UInt64: Int] = [:]
-        /// Reads count under the epoch they started in; each removal of a log file starts a new one.
+        /// Reads under way that started in this epoch; each removal of a log file starts a new one, and
+        /// the reads of earlier epochs still under way are counted in `draining`.
+        var readers = 0
         var epoch: UInt64 = 0
+        var draining: [UInt64: Int] = [:]
         /// Descriptors of removed log files, with the epoch they were removed in: reads of that epoch or
         /// before may still use them.
         var retired: [(descriptor: Int32, epoch: UInt64)] = []
@@ -624,11 +630,12 @@ public final class FileEventStore: AppendingWithCompletion {
         /// their removal have all ended).
         mutating func releasable() -> [Int32] {
             guard !retired.isEmpty else { return [] }
-            let oldest = readers.keys.min() ?? .max
+            let oldest = draining.keys.min() ?? epoch
             let unused = retired.filter { $0.epoch < oldest }.map(\.descriptor)
             if !unused.isEmpty { retired.removeAll { $0.epoch < oldest } }
             return unused
         }
+
         /// Whether a compaction pass is queued or running.
         var compacting = false
         /// The number of log files before which no compaction starts by itself: a pass that found nothing
@@ -1380,6 +1387,8 @@ public final class FileEventStore: AppendingWithCompletion {
             shared.segments[segment] = -1
             // A read that took the descriptors before may still use this one.
             shared.retired.append((descriptor, shared.epoch))
+            if shared.readers > 0 { shared.draining[shared.epoch] = shared.readers }
+            shared.readers = 0
             shared.epoch += 1
             for unused in shared.releasable() { Files.release(unused) }
             if segment < shared.sealedFiles.count {
