@@ -27,12 +27,12 @@ func runCompactingNode(_ words: [String]) async -> Int32 {
             let version = (versions[stream] ?? 0) + 1
             _ = try await store.append([CompactingNode.payload(stream, version)], to: stream, expecting: version - 1)
             versions[stream] = version
-            CompactingNode.writeLine("a \(stream) \(version)")
+            writeLine("a \(stream) \(version)")
             if version % 7 == 0 {
                 try await store.save(
                     Snapshot(stream: stream, version: version, payload: CompactingNode.snapshot(stream, version))
                 )
-                CompactingNode.writeLine("s \(stream) \(version)")
+                writeLine("s \(stream) \(version)")
             }
             index += 1
         }
@@ -52,10 +52,5 @@ enum CompactingNode {
     /// The snapshot at `version` of `stream`.
     static func snapshot(_ stream: String, _ version: UInt64) -> [UInt8] {
         Array("\(stream) state at \(version)".utf8)
-    }
-
-    static func writeLine(_ line: String) {
-        var text = line + "\n"
-        text.withUTF8 { bytes in _ = write(1, bytes.baseAddress, bytes.count) }
     }
 }

@@ -78,8 +78,9 @@ func runDurableNode(_ words: [String]) async -> Int32 {
     return 0
 }
 
-/// Writes `line` and a newline to standard output in one call (atomic on a pipe: under 4,096 bytes).
-private func writeLine(_ line: String) {
+/// Writes `line` and a newline to standard output in one call (atomic on a pipe: under 4,096 bytes),
+/// unbuffered: a node's report to the test that reads it, whole even if the node is killed right after.
+func writeLine(_ line: String) {
     var text = line + "\n"
     text.withUTF8 { bytes in _ = write(1, bytes.baseAddress, bytes.count) }
 }
