@@ -61,30 +61,36 @@ public struct LineSource<Event: Sendable>: EventSource {
         var splitter = LineSplitter(maximumLineLength: Self.maximumLineLength)
         do {
             for try await chunk in chunks {
-                for line in splitter.append(chunk) where !deliver(line, send) { return }
+                for line in splitter.append(chunk) where !(await deliver(line, send)) { return }
             }
         } catch {
             // A failed read ends the input as surely as its end does, but a line it cut short is not
             // sent as a command: it is rejected, then `end` is sent.
-            if let last = splitter.finish(cut: true), !deliver(last, send) { throw error }
-            if let end { _ = deliver(end, send) }
+            if let last = splitter.finish(cut: true), !(await deliver(last, send)) { throw error }
+            if let end { _ = await deliver(end, send) }
             throw error
         }
-        if let last = splitter.finish(), !deliver(last, send) { return }
-        if let end { _ = deliver(end, send) }
+        if let last = splitter.finish(), !(await deliver(last, send)) { return }
+        if let end { _ = await deliver(end, send) }
     }
 
     /// Sends the event of `line`; `false` when the loop takes no more events and reading should stop.
-    private func deliver(_ line: LineSplitter.Line, _ send: Send<Event>) -> Bool {
+    private func deliver(_ line: LineSplitter.Line, _ send: Send<Event>) async -> Bool {
         switch line {
-        case .text(let text): deliver(event(text), send)
-        case .invalid(let reason): invalid.flatMap { $0(reason) }.map { deliver($0, send) } ?? true
+        case .text(let text):
+            return await deliver(event(text), send)
+        case .invalid(let reason):
+            guard let rejected = invalid?(reason) else { return true }
+            return await deliver(rejected, send)
         }
     }
 
-    /// Sends `event`; `false` when the loop takes no more events and reading should stop.
-    private func deliver(_ event: Event, _ send: Send<Event>) -> Bool {
-        if case .rejected(let rejection) = send(event), rejection != .inboxFull { return false }
+    /// Sends `event`, waiting for room in a full inbox that lets senders wait; `false` when the loop
+    /// takes no more events and reading should stop.
+    private func deliver(_ event: Event, _ send: Send<Event>) async -> Bool {
+        if case .rejected(let rejection) = await send.waitingForRoom(event), rejection != .inboxFull {
+            return false
+        }
         return true
     }
 }

@@ -12,37 +12,61 @@ internal import Darwin
 /// A source that turns Unix signals into events, so a service can shut down gracefully on `SIGTERM`.
 ///
 /// While the source runs, the signals it watches no longer take their default action (ending the
-/// process); each delivery becomes an event instead. When the source is cancelled, each signal's
-/// previous disposition is restored.
+/// process); each delivery becomes an event instead. When the source is cancelled, the signals stay
+/// caught (by libdispatch, which then drops them), unless it was made with
+/// `restoringDisposition: true`, which puts back each signal's disposition found at the start.
 ///
 /// ```swift
 /// SignalSource([.interrupt, .terminate]) { signal in .shutdownRequested(signal) }
 /// ```
+///
+/// A process has one disposition per signal, and libdispatch on Linux installs its handler for a
+/// signal once per process: a disposition put back (`restoringDisposition: true`) ends the process at
+/// the next delivery even where another watcher (a swift-service-lifecycle `ServiceGroup`, a second
+/// loop's source) still waits for that signal, and no later `SignalSource` or `DispatchSource` catches
+/// it again. Restore only in a process that watches the signal once (a command-line tool whose Ctrl-C
+/// should end it after the loop stopped). Under a `ServiceGroup`, the group owns `SIGTERM` and `SIGINT`
+/// through its graceful shutdown signals: stop the loop from there (the integrations' service adapter
+/// calls ``/LoopRuntime/Loop/stop(gracePeriod:)`` on graceful shutdown) and give the loop no
+/// `SignalSource` for them.
 public struct SignalSource<Event: Sendable>: EventSource {
-    private let signals: [UnixSignal]
-    private let event: @Sendable (UnixSignal) -> Event
+    private let signals: [ProcessSignal]
+    private let restoring: Bool
+    private let event: @Sendable (ProcessSignal) -> Event
 
     /// Creates a source that sends `event` of each delivery of any of `signals`.
-    public init(_ signals: [UnixSignal], event: @escaping @Sendable (UnixSignal) -> Event) {
+    ///
+    /// - Parameters:
+    ///   - signals: the signals to watch.
+    ///   - restoringDisposition: whether each signal's disposition found when the source started is put
+    ///     back when it stops; by default the signals stay caught (and dropped) after it, which is what a
+    ///     process where something else watches them too needs.
+    ///   - event: the event for a delivery.
+    public init(
+        _ signals: [ProcessSignal],
+        restoringDisposition: Bool = false,
+        event: @escaping @Sendable (ProcessSignal) -> Event
+    ) {
         self.signals = signals
+        self.restoring = restoringDisposition
         self.event = event
     }
 
     /// Watches the signals until cancelled.
     public func run(send: Send<Event>) async throws {
-        let (deliveries, continuation) = AsyncStream<UnixSignal>.makeStream()
+        let (deliveries, continuation) = AsyncStream<ProcessSignal>.makeStream()
         let queue = DispatchQueue(label: "EffectLoop.SignalSource")
         let previous = signals.map { signal($0.rawValue, SIG_IGN) }
-        let watchers = signals.map { unixSignal in
-            let watcher = DispatchSource.makeSignalSource(signal: unixSignal.rawValue, queue: queue)
-            watcher.setEventHandler { continuation.yield(unixSignal) }
+        let watchers = signals.map { processSignal in
+            let watcher = DispatchSource.makeSignalSource(signal: processSignal.rawValue, queue: queue)
+            watcher.setEventHandler { continuation.yield(processSignal) }
             watcher.resume()
             return watcher
         }
         defer {
             for (index, watcher) in watchers.enumerated() {
                 watcher.cancel()
-                _ = signal(signals[index].rawValue, previous[index])
+                if restoring { _ = signal(signals[index].rawValue, previous[index]) }
             }
             continuation.finish()
         }

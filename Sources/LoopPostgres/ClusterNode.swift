@@ -1,7 +1,7 @@
 public import EffectHandlers
 internal import LoopCore
 public import LoopPersistence
-internal import LoopRuntime
+public import LoopRuntime
 
 /// One node of a cluster of processes sharing one PostgreSQL database: it owns some of the entities'
 /// shards, takes their events from the inbox, and runs their durable loops.
@@ -12,7 +12,7 @@ internal import LoopRuntime
 ///     program: Order.program, effects: Order.router(services),
 ///     events: JSONCodec<Order.Event>(), states: JSONCodec<Order.State>()
 /// )
-/// try await node.run()       // until stop(), or a failure it cannot ride out (see below)
+/// try await node.run()       // until stop(gracePeriod:), or a failure it cannot ride out (see below)
 /// ```
 ///
 /// - **Membership and shards.** Every heartbeat the node renews its lease in the `nodes` table (naming
@@ -102,6 +102,10 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         /// Whether `current` has ended (its counts are in the totals below; it owns nothing).
         var ended = false
         var stopping = false
+        /// The grace period of the graceful stop asked for, if one was.
+        var grace: Duration = .seconds(30)
+        /// What the entities of the sessions that ended did, added up.
+        var report = LoopReport()
         var interruptions = 0
         var dispatched = 0
         var dead = 0
@@ -188,8 +192,11 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         supervision.withLock { $0.current }.state(of: entity)
     }
 
-    /// Joins the cluster and processes its shards' inboxes until ``stop()``; then leaves gracefully:
-    /// stops taking rows, lets the events in flight commit, releases its shards.
+    /// Joins the cluster and processes its shards' inboxes until ``stop(gracePeriod:)``; then leaves
+    /// gracefully: stops taking rows, lets the events in flight commit, releases its shards. When the
+    /// task running it is cancelled, it leaves at once: its entities are cancelled (the rows they had not
+    /// committed stay in the inbox) and it returns within a heartbeat. Returns what the node's entities
+    /// did, added up over its sessions; the report's ending is the last session's.
     ///
     /// When the node loses its session with the database (the connection breaks, the database restarts,
     /// the node's lease expired while it was paused, an append is fenced because another node took the
@@ -202,7 +209,28 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     ///   again), or an entity stopped by data it cannot read (``ClusterError/entityFailed(stream:reason:)``;
     ///   that entity is tried again with backoff, the others go on).
     /// - Throws: ``ClusterError`` when the node gave up.
-    public func run(report: @escaping @Sendable (ClusterError) -> Void = { _ in }) async throws {
+    @discardableResult
+    public func run(report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
+        try await withTaskCancellationHandler {
+            try await supervise(report: report)
+        } onCancel: {
+            let current = supervision.withLock { supervision in
+                supervision.stopping = true
+                return supervision.current
+            }
+            current.cancel()
+        }
+    }
+
+    /// Joins the cluster and processes its shards' inboxes until stopped or cancelled, reporting nothing
+    /// of the failures it rides out; see ``run(report:)``. Returns what the node's entities did, added up
+    /// over its sessions with the database; its ``LoopReport/ending`` is the last session's.
+    @discardableResult
+    public func run() async throws -> LoopReport {
+        try await run(report: { _ in })
+    }
+
+    private func supervise(report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
         var session = supervision.withLock { $0.current }
         // The wait before joining again: the heartbeat, doubled (up to the membership timeout) for each
         // session that failed within the timeout of its start, so a failure that repeats (an append the
@@ -210,22 +238,24 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         var backoff = configuration.heartbeat
         while true {
             let started = ContinuousClock.now
-            let failure = await session.run(report: report)
+            let (failure, entities) = await session.run(report: report)
             let (counted, recovered) = (session.counts, session.recoveries)
-            let stopping = supervision.withLock { supervision in
+            let (stopping, total) = supervision.withLock { supervision in
                 supervision.ended = true
+                supervision.report = supervision.report.adding(entities)
+                supervision.report.ending = entities.ending
                 supervision.dispatched += counted.dispatched
                 supervision.dead += counted.dead
                 supervision.recoveries += recovered
                 if failure != nil && !supervision.stopping { supervision.interruptions += 1 }
-                return supervision.stopping
+                return (supervision.stopping, supervision.report)
             }
-            guard let failure, !stopping else { return }
+            guard let failure, !stopping else { return total }
             report(failure)
             let short = ContinuousClock.now - started < configuration.membershipTimeout
             backoff = short ? min(backoff * 2, configuration.membershipTimeout) : configuration.heartbeat
             guard let next = try await rejoin(after: failure, previous: session.holder, waiting: backoff) else {
-                return
+                return supervision.withLock { $0.report }
             }
             session = next
         }
@@ -259,12 +289,12 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                     states: states,
                     after: previous
                 )
-                let stopped = supervision.withLock { supervision in
+                let (stopped, grace) = supervision.withLock { supervision in
                     supervision.current = session
                     supervision.ended = false
-                    return supervision.stopping
+                    return (supervision.stopping, supervision.grace)
                 }
-                if stopped { session.stop() }
+                if stopped { session.stop(gracePeriod: Task.isCancelled ? .zero : grace) }
                 return session
             } catch let error as ClusterError {
                 // Another process runs under this node's name: it is the node now.
@@ -277,13 +307,20 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         }
     }
 
-    /// Asks the node to leave the cluster; ``run(report:)`` returns once it has.
-    public func stop() {
-        let current = supervision.withLock { supervision in
+    /// Asks the node to leave the cluster gracefully; ``run(report:)`` returns once it has.
+    ///
+    /// The node stops taking inbox rows at its next heartbeat, lets its entities finish the events in
+    /// flight and their effects until `gracePeriod` is over (the rows they did not commit stay in the
+    /// inbox for the node that takes the shard), and releases its shards. Called again, it can only bring
+    /// the deadline forward. A cancellation of the task running ``run(report:)`` stops it the same way,
+    /// at once, without a grace period.
+    public func stop(gracePeriod: Duration = .seconds(30)) {
+        let (current, grace) = supervision.withLock { supervision in
             supervision.stopping = true
-            return supervision.current
+            supervision.grace = min(supervision.grace, gracePeriod)
+            return (supervision.current, supervision.grace)
         }
-        current.stop()
+        current.stop(gracePeriod: grace)
     }
 }
 
@@ -312,6 +349,11 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         var shardOf: [String: Int] = [:]
         var inFlight: Set<Int64> = []
         var stopping = false
+        /// The grace period its entities get when it stops; zero when the node's task was cancelled.
+        var grace: Duration = .seconds(30)
+        var cancelled = false
+        /// The task running the session's entities, once it runs.
+        var running: Task<LoopReport, any Error>?
         var dispatched = 0
         var dead = 0
         /// The entities stopped by data they cannot read: retried with backoff.
@@ -434,19 +476,25 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         group.state(of: entity)
     }
 
-    /// Joins the cluster and processes its shards' inboxes until ``stop()`` (then leaves gracefully:
+    /// Joins the cluster and processes its shards' inboxes until ``stop(gracePeriod:)`` (then leaves gracefully:
     /// stops taking rows, lets the events in flight commit, releases its shards) or until a failure ends
     /// the session, which it returns. Entities stopped by data they cannot read are passed to `report`
     /// and the session goes on.
-    func run(report: @Sendable (ClusterError) -> Void) async -> ClusterError? {
+    func run(report: @Sendable (ClusterError) -> Void) async -> (ClusterError?, LoopReport) {
         let running = Task { try await group.run() }
+        if ledger.withLock({ ledger in
+            ledger.running = running
+            return ledger.cancelled
+        }) {
+            running.cancel()
+        }
         _ = await group.waitUntilRunning()
         var failure: ClusterError?
         do {
             let channel = "\(configuration.schema)_inbox"
             _ = try await control.run { connection throws(PostgresError) in try connection.execute("LISTEN \(channel)")
             }
-            // A cancelled task stops the node as stop() does: it leaves gracefully.
+            // A cancelled task stops the node: it leaves, and its entities are cancelled below.
             while !ledger.withLock({ $0.stopping }) && !Task.isCancelled {
                 lease.turned()
                 let rows = try await tick()
@@ -476,11 +524,16 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         await leave()
         // A node that may have lost its locks commits as little as it can from now on: the database
         // refuses what another node did meanwhile, but nothing needs to be tried.
-        group.stop(gracePeriod: failure == nil ? .seconds(10) : .zero)
-        _ = try? await running.value
+        let (grace, cancelled) = ledger.withLock { ($0.grace, $0.cancelled) }
+        if cancelled || Task.isCancelled {
+            running.cancel()
+        } else {
+            group.stop(gracePeriod: failure == nil ? grace : .zero)
+        }
+        let entities = (try? await running.value) ?? group.report
         await control.close()
         await store.close()
-        return failure
+        return (failure, entities)
     }
 
     /// An entity stopped by data it cannot read: how often, and when it is tried again.
@@ -546,9 +599,23 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         for stream in due { group.forgetFailure(of: stream) }
     }
 
-    /// Asks the session to leave the cluster; ``run(report:)`` returns once it has.
-    func stop() {
-        ledger.withLock { $0.stopping = true }
+    /// Asks the session to leave the cluster, giving its entities until `gracePeriod` to finish;
+    /// ``run(report:)`` returns once it has.
+    func stop(gracePeriod: Duration) {
+        ledger.withLock { ledger in
+            ledger.stopping = true
+            ledger.grace = min(ledger.grace, gracePeriod)
+        }
+    }
+
+    /// Asks the session to leave the cluster at once: its entities are cancelled, not drained.
+    func cancel() {
+        let running = ledger.withLock { ledger in
+            ledger.stopping = true
+            ledger.cancelled = true
+            return ledger.running
+        }
+        running?.cancel()
     }
 
     // MARK: The loop
@@ -1019,3 +1086,5 @@ public enum ClusterError: Error, Hashable, Sendable, CustomStringConvertible {
         }
     }
 }
+
+extension ClusterNode: Runnable {}

@@ -123,7 +123,7 @@ struct ClusterNodeTests {
         #expect(node.ownedShards.count == 64)
         #expect((0..<100).map { node.state(of: "entity-\($0)") ?? 0 }.reduce(0, +) == 1_000)
         node.stop()
-        try await running.value
+        _ = try await running.value
         try Self.expectExactlyOnce(database, sent: 1_000)
         #expect(try Self.query(database, "SELECT count(*) FROM effectloop.nodes") == "0")
     }
@@ -151,7 +151,7 @@ struct ClusterNodeTests {
             try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
         }
         for node in [a, b, c] { node.stop() }
-        for running in [runningA, runningB, runningC] { try await running.value }
+        for running in [runningA, runningB, runningC] { _ = try await running.value }
         try Self.expectExactlyOnce(database, sent: 1_200)
     }
 
@@ -197,8 +197,8 @@ struct ClusterNodeTests {
             return
         }
         for node in [a, b] { node.stop() }
-        try await runningA.value
-        try await runningB.value
+        _ = try await runningA.value
+        _ = try await runningB.value
         try Self.expectExactlyOnce(database, sent: 1_000)
     }
 
@@ -229,8 +229,8 @@ struct ClusterNodeTests {
             a.ownedShards.count + b.ownedShards.count == 64 && !a.ownedShards.isEmpty && !b.ownedShards.isEmpty
         }
         for node in [a, b] { node.stop() }
-        try await runningA.value
-        try await runningB.value
+        _ = try await runningA.value
+        _ = try await runningB.value
         try Self.expectExactlyOnce(database, sent: 2_000)
     }
 
@@ -244,7 +244,7 @@ struct ClusterNodeTests {
         try await Self.eventually("the node to own every shard") { node.ownedShards.count == 64 }
         try server.shutDown()
         do {
-            try await running.value
+            _ = try await running.value
             Issue.record("the node ran on without its database")
         } catch let error as ClusterError {
             guard case .connectionLost = error else {
@@ -280,7 +280,7 @@ struct ClusterNodeTests {
         #expect(a.state(of: "entity-0") == nil)
         #expect(a.state(of: "entity-1") == 1)
         a.stop()
-        try await runningA.value
+        _ = try await runningA.value
 
         let b = try await Chores.node(database, "b")
         let runningB = Task { try await b.run() }
@@ -295,7 +295,7 @@ struct ClusterNodeTests {
         await more.close()
         try await Self.eventually("entity-0 to be recovered") { b.state(of: "entity-0") == 4 }
         b.stop()
-        try await runningB.value
+        _ = try await runningB.value
     }
 
     /// An entity whose stream holds an event it cannot decode stops alone, reported; the node and the
@@ -338,7 +338,7 @@ struct ClusterNodeTests {
         }
         #expect(node.state(of: "entity-bad") == 11)
         node.stop()
-        try await running.value
+        _ = try await running.value
         // Reported once per failure: once, or again if a retry came before the fix.
         #expect(
             reports.all.allSatisfy {
@@ -412,7 +412,7 @@ struct ClusterNodeTests {
         await inbox.close()
         node.stop()
         // It stopped because it was asked to, not on its own: run() returns without an error.
-        try await running.value
+        _ = try await running.value
     }
 
     @Test func aRowThatDoesNotDecodeGoesToTheDeadLettersAndTheRestIsProcessed() async throws {
@@ -430,6 +430,90 @@ struct ClusterNodeTests {
         #expect(node.counts.dead == 1)
         #expect((node.state(of: "entity-0") ?? 0) + (node.state(of: "entity-1") ?? 0) == 10)
         node.stop()
-        try await running.value
+        _ = try await running.value
+    }
+
+    /// A node whose every event starts an effect that runs until it is cancelled.
+    static func hanging(
+        _ database: String,
+        started: AsyncStream<Void>.Continuation
+    ) async throws -> ClusterNode<Int, Counter.Event, Hang> {
+        try await ClusterNode(
+            connecting: database,
+            name: "hanging",
+            program: DurableProgram(
+                initial: 0,
+                update: Update { total, event in
+                    switch event {
+                    case .add(let amount): total += amount
+                    }
+                    return [.hang]
+                }
+            ),
+            effects: EffectRouter<Hang, Counter.Event>()
+                .route(
+                    { $0 },
+                    to: ClosureEffectHandler { _, _ in
+                        started.yield()
+                        try await Task.sleep(for: .seconds(3_600))
+                    }
+                ),
+            events: JSONCodec<Counter.Event>(),
+            states: JSONCodec<Int>(),
+            configuration: .init(heartbeat: .milliseconds(100), membershipTimeout: .seconds(1))
+        )
+    }
+
+    enum Hang: Sendable { case hang }
+
+    @Test func aCancelledNodeLeavesAtOnceAndCancelsItsEntitiesEffects() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let (started, begun) = AsyncStream.makeStream(of: Void.self)
+        let node = try await Self.hanging(database, started: begun)
+        // Through the protocol a service framework uses.
+        let part: any Runnable = node
+        let running = Task { try await part.run() }
+        try await Self.send(1, over: 1, to: database)
+        var starts = started.makeAsyncIterator()
+        _ = await starts.next()
+        running.cancel()
+        // Returns without waiting out the effect (an hour) or a grace period (30 s by default).
+        let report = try await running.value
+        #expect(report.ending == .cancelled)
+        #expect(report.eventsProcessed == 1)
+        #expect(report.effectsStarted == 1)
+        #expect(report.effectsCompleted == 0)
+        #expect(node.ownedShards.isEmpty)
+        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.nodes") == "0")
+        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.events") == "1")
+    }
+
+    @Test func aGracefulStopGivesEffectsItsGracePeriodAndReportsTheDeadline() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let (started, begun) = AsyncStream.makeStream(of: Void.self)
+        let node = try await Self.hanging(database, started: begun)
+        let running = Task { try await node.run() }
+        try await Self.send(1, over: 1, to: database)
+        var starts = started.makeAsyncIterator()
+        _ = await starts.next()
+        node.stop(gracePeriod: .milliseconds(50))
+        let report = try await running.value
+        #expect(report.ending == .deadlineExceeded)
+        #expect(report.effectsAbandoned + report.effectsCancelled == 1)
+        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.nodes") == "0")
+    }
+
+    @Test func aNodeWithNothingInFlightDrainsOnAGracefulStop() async throws {
+        let database = try TemporaryPostgres.shared().createDatabase()
+        let node = try await Counter.node(database, "solo")
+        let running = Task { try await node.run() }
+        try await Self.send(10, over: 2, to: database)
+        try await Self.eventually("the inbox to drain") {
+            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+        }
+        node.stop(gracePeriod: .seconds(60))
+        let report = try await running.value
+        #expect(report.ending == .drained)
+        #expect(report.eventsProcessed == 10)
     }
 }

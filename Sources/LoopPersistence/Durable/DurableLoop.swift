@@ -301,3 +301,5 @@ extension DurableLoop where Event: Codable, State: Codable {
         )
     }
 }
+
+extension DurableLoop: Runnable {}

@@ -650,3 +650,5 @@ enum ProgramSource<ID, State: Sendable, Event, Effect>: Sendable {
     /// A program for each id.
     case perEntity(@Sendable (ID) -> DurableProgram<State, Event, Effect>)
 }
+
+extension DurableLoopGroup: Runnable {}

@@ -126,7 +126,9 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     @usableFromInline
-    typealias WaitingSender = (id: UInt64, event: Event, continuation: CheckedContinuation<Delivery, Never>)
+    typealias WaitingSender = (
+        id: UInt64, event: Event, origin: EventOrigin, continuation: CheckedContinuation<Delivery, Never>
+    )
 
     @usableFromInline
     var machine: Machine<State, Event, Effect>
@@ -382,7 +384,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             if !waitingSenders.isEmpty, case .running = lifecycle {
                 let waiting = waitingSenders.removeFirst()
                 report.eventsSent += 1
-                inbox.append(Envelope(waiting.event, from: .outside))
+                inbox.append(Envelope(waiting.event, from: waiting.origin))
                 let wakeups = step.wakeups ?? Wakeups()
                 wakeups.admittedSender = waiting.continuation
                 step.wakeups = wakeups

@@ -75,6 +75,24 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         )
     }
 
+    /// Creates an empty group whose every loop reports to `observer`, an observer that is both a
+    /// ``LoopGroupObserver`` and a ``LoopObserver``: it is told, as a group observer, which entity did what.
+    public convenience init(
+        program: @escaping @Sendable (ID) -> Program<State, Event, Effect>,
+        effects router: EffectRouter<Effect, Event>,
+        inbox: InboxPolicy = .unbounded,
+        observer: some LoopGroupObserver<ID, Event, Effect> & LoopObserver<Event, Effect>,
+        clock: any Clock<Duration> = ContinuousClock()
+    ) {
+        self.init(
+            program: program,
+            effects: router,
+            inbox: inbox,
+            observer: observer as any LoopGroupObserver<ID, Event, Effect>,
+            clock: clock
+        )
+    }
+
     /// Sends `event` to the loop for `id`, creating that loop if there is none.
     ///
     /// Thread-safe and never waits, like ``Loop/send(_:)``. Rejected with ``/LoopCore/Rejection/stopping``
@@ -304,28 +322,5 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         // A later stop only brings the deadline forward, if its grace period is shorter.
         if let host = stop.host { host.requestStop(gracePeriod: gracePeriod) }
         for waiter in stop.startWaiters { waiter.resume(returning: false) }
-    }
-}
-
-extension LoopReport {
-    /// The counts of this report and `other` added together (the ending is kept from this one).
-    @usableFromInline
-    func adding(_ other: LoopReport) -> LoopReport {
-        var sum = self
-        sum.eventsSent += other.eventsSent
-        sum.eventsProcessed += other.eventsProcessed
-        sum.eventsRejected += other.eventsRejected
-        sum.eventsDropped += other.eventsDropped
-        sum.effectsStarted += other.effectsStarted
-        sum.effectsCompleted += other.effectsCompleted
-        sum.effectsFailed += other.effectsFailed
-        sum.effectsCancelled += other.effectsCancelled
-        sum.effectsTimedOut += other.effectsTimedOut
-        sum.effectsDropped += other.effectsDropped
-        sum.effectsAbandoned += other.effectsAbandoned
-        sum.timedOutStillRunning += other.timedOutStillRunning
-        sum.effectsCancelledAfterStart += other.effectsCancelledAfterStart
-        sum.sendersWaiting += other.sendersWaiting
-        return sum
     }
 }

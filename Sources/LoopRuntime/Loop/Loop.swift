@@ -133,14 +133,20 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// If the waiting task is cancelled, or the loop stops while it waits, the event is rejected.
     @discardableResult
     public func sendWaitingForRoom(_ event: Event) async -> Delivery {
+        await receiveWaitingForRoom(event, from: .outside)
+    }
+
+    /// Takes `event` from `origin`, waiting for room as ``sendWaitingForRoom(_:)`` does.
+    @usableFromInline
+    func receiveWaitingForRoom(_ event: Event, from origin: EventOrigin) async -> Delivery {
         let id = identifiers.add(1, ordering: .relaxed).newValue
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Delivery, Never>) in
                 let reception = storage.withLock { engine -> LoopEngine<State, Event, Effect>.Reception? in
                     guard !Task.isCancelled, engine.mustWait() else {
-                        return engine.receive(event, from: .outside)
+                        return engine.receive(event, from: origin)
                     }
-                    engine.park((id, event, continuation))
+                    engine.park((id, event, origin, continuation))
                     return nil
                 }
                 if let reception { continuation.resume(returning: conclude(reception, event)) }
@@ -186,7 +192,10 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// What sources send through: like ``send(_:)``, reported with the ``EventOrigin/source`` origin.
     @inlinable
     var sourceSend: Send<Event> {
-        Send { event in self.receive(event, from: .source) }
+        Send(
+            { event in self.receive(event, from: .source) },
+            waitingForRoom: { event in await self.receiveWaitingForRoom(event, from: .source) }
+        )
     }
 
     // MARK: Observing

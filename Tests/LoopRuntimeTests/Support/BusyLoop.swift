@@ -14,14 +14,14 @@ final class BusyLoop: Sendable {
     private let holder = Locked<OSThread?>(nil)
     private let spin: Spin
 
-    init(_ policy: InboxPolicy) {
+    init(_ policy: InboxPolicy, sources: [any EventSource<Jobs.Event>] = []) {
         let box = Spin()
         let router = EffectRouter<Jobs.Effect, Jobs.Event>()
             .route(
                 { if case .echo(let name) = $0 { name } else { nil } },
                 to: ClosureSyncEffectHandler { _, _ in box.spin() }
             )
-        loop = Loop(program: Jobs.program, effects: router, inbox: policy, observer: recorder)
+        loop = Loop(program: Jobs.program, effects: router, sources: sources, inbox: policy, observer: recorder)
         spin = box
     }
 
