@@ -1,10 +1,12 @@
 # Every target is a one-liner; strictness lives here so it is in one place.
 STRICT := -Xswiftc -warnings-as-errors -Xswiftc -require-explicit-sendable --explicit-target-dependency-import-check error
 FMT_OPTIONS := --configuration .swiftformat --recursive
-SOURCES := Package.swift Sources Tests
+SOURCES := Package.swift Sources Tests Docs/Integrations/Package.swift Docs/Integrations/Sources Docs/Integrations/Tests
 
 deps_note := PostgreSQL (server and libpq-dev) is needed by LoopPostgres and its tests
-.PHONY: deps demo-cluster build test test-tsan test-asan lint format bench bench-quick bench-locks demo docs docs-check
+# The nested package of adapters to the server-side Swift stack (Docs/Integrations), in its own scratch folder.
+INTEGRATIONS := --package-path Docs/Integrations --scratch-path .build-integrations
+.PHONY: deps integrations demo-cluster build test test-tsan test-asan lint format bench bench-quick bench-locks demo docs docs-check
 
 # libpq-dev (to build LoopPostgres) and the PostgreSQL server (its tests start a throwaway one), from apt
 # when missing; as root directly, otherwise through sudo. Without either, install them yourself, or point
@@ -12,6 +14,7 @@ deps_note := PostgreSQL (server and libpq-dev) is needed by LoopPostgres and its
 deps: ; @pkg-config --exists libpq && ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { echo "== installing $(deps_note)"; S=$$([ "$$(id -u)" = 0 ] || echo sudo); $$S apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -qq postgresql libpq-dev >/dev/null; }
 build: deps ; swift build $(STRICT)
 test: deps ; swift test $(STRICT)
+integrations: deps ; swift build $(STRICT) $(INTEGRATIONS) && swift test $(STRICT) $(INTEGRATIONS)
 test-tsan: deps ; EFFECTLOOP_SANITIZED=1 TSAN_OPTIONS=halt_on_error=1 swift test $(STRICT) --sanitize=thread --scratch-path .build-tsan
 # The scenario fails two jobs on purpose, so loop-demo exits 1 ("some job failed"): that is success here.
 demo: deps ; swift run -c release loop-demo || [ $$? -eq 1 ]

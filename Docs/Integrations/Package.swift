@@ -1,0 +1,111 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+// Adapters from EffectLoop to the server-side Swift stack, kept apart from the library so that the
+// library's own manifest never declares a package dependency: only those who build this package
+// fetch these. `make integrations` (at the repository's root) builds and tests it.
+let package = Package(
+    name: "EffectLoopIntegrations",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "LoopServiceLifecycle", targets: ["LoopServiceLifecycle"]),
+        .library(name: "LoopLogging", targets: ["LoopLogging"]),
+        .library(name: "LoopMetrics", targets: ["LoopMetrics"]),
+    ],
+    dependencies: [
+        .package(name: "EffectLoop", path: "../.."),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.5.0"),
+    ],
+    targets: [
+        .target(
+            name: "LoopServiceLifecycle",
+            dependencies: [
+                .product(name: "LoopRuntime", package: "EffectLoop"),
+                .product(name: "LoopPersistence", package: "EffectLoop"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "LoopLogging",
+            dependencies: [
+                .product(name: "LoopRuntime", package: "EffectLoop"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "LoopMetrics",
+            dependencies: [
+                .product(name: "LoopCore", package: "EffectLoop"),
+                .product(name: "LoopRuntime", package: "EffectLoop"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ]
+        ),
+        .testTarget(
+            name: "LoopServiceLifecycleTests",
+            dependencies: [
+                .product(name: "EventSources", package: "EffectLoop"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "LoopCore", package: "EffectLoop"),
+                .product(name: "EffectHandlers", package: "EffectLoop"),
+                "LoopServiceLifecycle",
+                .product(name: "LoopRuntime", package: "EffectLoop"),
+                .product(name: "LoopPersistence", package: "EffectLoop"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "InMemoryLogging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "GuideTests",
+            dependencies: [
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                "LoopServiceLifecycle", "LoopLogging", "LoopMetrics",
+                .product(name: "LoopCore", package: "EffectLoop"),
+                .product(name: "EffectHandlers", package: "EffectLoop"),
+                .product(name: "EventSources", package: "EffectLoop"),
+                .product(name: "LoopRuntime", package: "EffectLoop"),
+                .product(name: "LoopPersistence", package: "EffectLoop"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "LoopLoggingTests",
+            dependencies: [
+                .product(name: "LoopCore", package: "EffectLoop"),
+                .product(name: "EffectHandlers", package: "EffectLoop"),
+                "LoopLogging",
+                .product(name: "LoopRuntime", package: "EffectLoop"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "InMemoryLogging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "LoopMetricsTests",
+            dependencies: [
+                .product(name: "LoopCore", package: "EffectLoop"),
+                .product(name: "EffectHandlers", package: "EffectLoop"),
+                "LoopMetrics",
+                .product(name: "LoopRuntime", package: "EffectLoop"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)
+
+// The same strictness as the library's: Swift 6 mode, every warning an error (through the Makefile's
+// flags), Sendable designed in.
+for target in package.targets {
+    target.swiftSettings =
+        (target.swiftSettings ?? []) + [
+            .enableUpcomingFeature("ExistentialAny"),
+            .enableUpcomingFeature("InternalImportsByDefault"),
+            .enableUpcomingFeature("MemberImportVisibility"),
+        ]
+}

@@ -1,0 +1,152 @@
+public import CoreMetrics
+internal import LoopCore
+public import LoopRuntime
+internal import Metrics
+internal import Synchronization
+
+/// An observer that reports what loops do to swift-metrics, with the series of the library's own
+/// `MetricsObserver`, so dashboards built on either read the same names:
+///
+/// | series | kind | dimensions |
+/// |---|---|---|
+/// | `effectloop_events_processed_total` | counter | `event`, `origin` |
+/// | `effectloop_events_rejected_total` | counter | `event`, `reason` |
+/// | `effectloop_events_dropped_total` | counter | `event` |
+/// | `effectloop_effects_total` | counter | `effect`, `outcome` |
+/// | `effectloop_update_duration_seconds` | timer | `event` |
+/// | `effectloop_effect_duration_seconds` | timer | `effect` (completed and failed effects) |
+/// | `effectloop_inbox_depth` | gauge | |
+/// | `effectloop_source_failures_total` | counter | |
+///
+/// Cases are named by the enum case's name (never the payload). Each metric object is made once per
+/// set of dimensions and kept, not made per activity. Works for a `Loop` and a group (`ID` is then the
+/// entities' id type; ids are not a dimension, as there may be millions).
+///
+/// ```swift
+/// MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+/// let loop = Loop(program: program, effects: router, observer: SwiftMetricsObserver<Never, Event, Effect>())
+/// ```
+public final class SwiftMetricsObserver<ID: Hashable & Sendable, Event: Sendable, Effect: Sendable>: LoopObserver,
+    LoopGroupObserver
+{
+    private let factory: any MetricsFactory
+    private let extra: [(String, String)]
+    private let cache = Mutex(Cache())
+
+    private struct Cache {
+        var counters: [Key: Counter] = [:]
+        var timers: [Key: Metrics.Timer] = [:]
+        var gauge: Gauge?
+    }
+
+    private struct Key: Hashable {
+        var name: String
+        var dimensions: [String]
+    }
+
+    /// Creates an observer reporting to `factory` (by default the one `MetricsSystem` was bootstrapped
+    /// with); `dimensions` are added to every series (a loop's name, say).
+    public init(factory: any MetricsFactory = MetricsSystem.factory, dimensions: [(String, String)] = []) {
+        self.factory = factory
+        self.extra = dimensions
+    }
+
+    /// Reports what a loop did.
+    public func observe(_ activity: LoopActivity<Event, Effect>) {
+        record(activity)
+    }
+
+    /// Reports what a loop of a group did.
+    public func observe(_ activity: LoopActivity<Event, Effect>, of entity: ID?) {
+        record(activity)
+    }
+
+    private func record(_ activity: LoopActivity<Event, Effect>) {
+        switch activity {
+        case .eventProcessed(let event, let origin, let duration, let depth, _):
+            let name = Self.name(event)
+            counter("effectloop_events_processed_total", ["event", name, "origin", "\(origin)"]).increment()
+            timer("effectloop_update_duration_seconds", ["event", name]).record(duration: duration)
+            inboxDepth().record(depth)
+        case .eventRejected(let event, let reason):
+            counter("effectloop_events_rejected_total", ["event", Self.name(event), "reason", Self.reason(reason)])
+                .increment()
+        case .eventDropped(let event):
+            counter("effectloop_events_dropped_total", ["event", Self.name(event)]).increment()
+        case .effectStarted(let effect, _):
+            effectCounted(effect, "started")
+        case .effectCompleted(let effect, let duration):
+            effectCounted(effect, "completed")
+            timer("effectloop_effect_duration_seconds", ["effect", Self.name(effect)]).record(duration: duration)
+        case .effectFailed(let effect, _, _, let duration):
+            effectCounted(effect, "failed")
+            timer("effectloop_effect_duration_seconds", ["effect", Self.name(effect)]).record(duration: duration)
+        case .effectCancelled(let effect):
+            effectCounted(effect, "cancelled")
+        case .effectTimedOut(let effect, _, _):
+            effectCounted(effect, "timed_out")
+        case .effectAbandoned(let effect):
+            effectCounted(effect, "abandoned")
+        case .effectDropped(let effect):
+            effectCounted(effect, "dropped")
+        case .sourceFailed:
+            counter("effectloop_source_failures_total", []).increment()
+        case .sourceFinished, .stopping, .stopped:
+            break
+        }
+    }
+
+    private func effectCounted(_ effect: Effect, _ outcome: String) {
+        counter("effectloop_effects_total", ["effect", Self.name(effect), "outcome", outcome]).increment()
+    }
+
+    /// The counter for `name` with `dimensions` (name, value, name, value, ...), made once.
+    private func counter(_ name: String, _ dimensions: [String]) -> Counter {
+        let key = Key(name: name, dimensions: dimensions)
+        if let found = cache.withLock({ $0.counters[key] }) { return found }
+        let made = Counter(label: name, dimensions: pairs(dimensions), factory: factory)
+        return cache.withLock { cache in
+            if let found = cache.counters[key] { return found }
+            cache.counters[key] = made
+            return made
+        }
+    }
+
+    private func timer(_ name: String, _ dimensions: [String]) -> Metrics.Timer {
+        let key = Key(name: name, dimensions: dimensions)
+        if let found = cache.withLock({ $0.timers[key] }) { return found }
+        let made = Metrics.Timer(
+            label: name,
+            dimensions: pairs(dimensions),
+            preferredDisplayUnit: .seconds,
+            factory: factory
+        )
+        return cache.withLock { cache in
+            if let found = cache.timers[key] { return found }
+            cache.timers[key] = made
+            return made
+        }
+    }
+
+    private func inboxDepth() -> Gauge {
+        if let found = cache.withLock({ $0.gauge }) { return found }
+        let made = Gauge(label: "effectloop_inbox_depth", dimensions: extra, factory: factory)
+        return cache.withLock { cache in
+            if let found = cache.gauge { return found }
+            cache.gauge = made
+            return made
+        }
+    }
+
+    private func pairs(_ flat: [String]) -> [(String, String)] {
+        extra + stride(from: 0, to: flat.count - 1, by: 2).map { (flat[$0], flat[$0 + 1]) }
+    }
+
+    private static func name<Value>(_ value: Value) -> String {
+        MetricsObserver<Event, Effect>.caseName(value)
+    }
+
+    private static func reason(_ rejection: Rejection) -> String {
+        MetricsObserver<Event, Effect>.caseName(rejection)
+    }
+}
