@@ -64,6 +64,9 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     /// The grace period an effect asks its loop to stop with, for an effect that does.
     @usableFromInline
     package internal(set) var stopRequest: (@Sendable (Effect) -> Duration?)?
+    /// The code run around every handler, with the context carried from the send (see ``scoped(_:)``).
+    @usableFromInline
+    package internal(set) var scope: EffectScope<Effect>?
 
     /// Creates an empty router; every effect it routes runs ``EffectLifecycle/concurrent(_:timeout:)``.
     @inlinable
@@ -204,6 +207,7 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         var outer = EffectRouter<Effect, Outer>(lifecycleOf: lifecycleOf)
         outer.hasAsyncRoutes = hasAsyncRoutes
         outer.stopRequest = stopRequest
+        outer.scope = scope
         outer.routes = routes.map { route in
             switch route.performer {
             case .sync(let perform):
@@ -297,7 +301,20 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         if let stopRequest {
             outer.stopRequest = { effect in extract(effect).flatMap(stopRequest) }
         }
+        outer.scope = scope?.lifted(extract)
         return outer
+    }
+
+    /// This router, with every effect's handler run inside `scope`, which receives the context the
+    /// scope captured where the effect's event was sent (see ``EffectScope``).
+    ///
+    /// The scope carries over to routers made from this one (``mapEvents(_:)``, ``pullback(_:)``,
+    /// ``combined(with:)``), and so to the durable loops built on it; the context is never recorded.
+    @inlinable
+    public func scoped(_ scope: EffectScope<Effect>) -> EffectRouter {
+        var scoped = self
+        scoped.scope = scope
+        return scoped
     }
 
     /// This router's routes, then `other`'s: an effect goes to the first route that takes it, with the
@@ -321,6 +338,7 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         if stopRequest != nil || other.stopRequest != nil {
             combined.stopRequest = { effect in mine.stopRequest?(effect) ?? other.stopRequest?(effect) }
         }
+        combined.scope = scope ?? other.scope
         return combined
     }
 

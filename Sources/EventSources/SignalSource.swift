@@ -27,7 +27,7 @@ internal import Darwin
 /// it again. Restore only in a process that watches the signal once (a command-line tool whose Ctrl-C
 /// should end it after the loop stopped). Under a `ServiceGroup`, the group owns `SIGTERM` and `SIGINT`
 /// through its graceful shutdown signals: stop the loop from there (the integrations' service adapter
-/// calls ``/LoopRuntime/Loop/stop(gracePeriod:)`` on graceful shutdown) and give the loop no
+/// calls `Loop.stop(gracePeriod:)` on graceful shutdown) and give the loop no
 /// `SignalSource` for them.
 public struct SignalSource<Event: Sendable>: EventSource {
     private let signals: [ProcessSignal]

@@ -9,11 +9,15 @@ struct Envelope<Event> {
     var event: Event
     @usableFromInline
     var origin: EventOrigin
+    /// What the router's ``/EffectHandlers/EffectScope`` captured where the event was sent.
+    @usableFromInline
+    var context: CarriedContext?
 
     @inlinable
-    init(_ event: Event, from origin: EventOrigin) {
+    init(_ event: Event, from origin: EventOrigin, context: CarriedContext? = nil) {
         self.event = event
         self.origin = origin
+        self.context = context
     }
 }
 
@@ -220,14 +224,25 @@ struct Step<State: Sendable, Event: Sendable, Effect: Sendable> {
     var inboxDepth: Int
     @usableFromInline
     var wakeups: Wakeups<State>?
+    /// The context carried with the event, for the scope its synchronous effects run in.
+    @usableFromInline
+    var context: CarriedContext?
 
     @inlinable
-    init(event: Event, origin: EventOrigin, dispatch: Dispatch<Effect, Event>, duration: Duration?, inboxDepth: Int) {
+    init(
+        event: Event,
+        origin: EventOrigin,
+        dispatch: Dispatch<Effect, Event>,
+        duration: Duration?,
+        inboxDepth: Int,
+        context: CarriedContext? = nil
+    ) {
         self.event = event
         self.origin = origin
         self.dispatch = dispatch
         self.duration = duration
         self.inboxDepth = inboxDepth
+        self.context = context
     }
 
     /// Whether nothing is left to do outside the lock.

@@ -127,7 +127,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     @usableFromInline
     typealias WaitingSender = (
-        id: UInt64, event: Event, origin: EventOrigin, continuation: CheckedContinuation<Delivery, Never>
+        id: UInt64, event: Event, origin: EventOrigin, context: CarriedContext?,
+        continuation: CheckedContinuation<Delivery, Never>
     )
 
     @usableFromInline
@@ -300,7 +301,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     mutating func receive(
         _ event: Event,
-        from origin: EventOrigin
+        from origin: EventOrigin,
+        context: CarriedContext? = nil
     ) -> Reception {
         report.eventsSent += 1
         let busy: Bool
@@ -326,17 +328,17 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
                 return .rejected(.inboxFull)
             case .dropOldest:
                 let oldest = inbox.popFirst()
-                inbox.append(Envelope(event, from: origin))
+                inbox.append(Envelope(event, from: origin, context: context))
                 guard let oldest else { return .queued }
                 report.eventsDropped += 1
                 return .droppedOldest(oldest.event)
             }
         }
         guard !busy && inbox.isEmpty else {
-            inbox.append(Envelope(event, from: origin))
+            inbox.append(Envelope(event, from: origin, context: context))
             return .queued
         }
-        let step = process(Envelope(event, from: origin))
+        let step = process(Envelope(event, from: origin, context: context))
         if step.isComplete, case .running = lifecycle { return .processed }
         setDraining(true)
         return .step(step)
@@ -347,14 +349,15 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     mutating func receive(
         _ event: Event,
-        fromEffect id: UInt64
+        fromEffect id: UInt64,
+        context: CarriedContext? = nil
     ) -> Reception {
         guard effects.isLive(id) else {
             report.eventsSent += 1
             report.eventsRejected += 1
             return .rejected(isStopped ? .stopped : .effectEnded)
         }
-        return receive(event, from: .effect)
+        return receive(event, from: .effect, context: context)
     }
 
     /// Delivers the event the router made of a failed or timed-out effect (see ``EffectEnd/mapped``).
@@ -384,7 +387,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             if !waitingSenders.isEmpty, case .running = lifecycle {
                 let waiting = waitingSenders.removeFirst()
                 report.eventsSent += 1
-                inbox.append(Envelope(waiting.event, from: waiting.origin))
+                inbox.append(Envelope(waiting.event, from: waiting.origin, context: waiting.context))
                 let wakeups = step.wakeups ?? Wakeups()
                 wakeups.admittedSender = waiting.continuation
                 step.wakeups = wakeups
@@ -418,9 +421,11 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             event: envelope.event,
             origin: envelope.origin,
             dispatch: produced.isEmpty
-                ? Dispatch() : router.hasAsyncRoutes ? decide(produced) : Dispatch(effects: produced),
+                ? Dispatch()
+                : router.hasAsyncRoutes ? decide(produced, context: envelope.context) : Dispatch(effects: produced),
             duration: duration,
-            inboxDepth: inbox.count
+            inboxDepth: inbox.count,
+            context: envelope.context
         )
         if subscribers.parked == 0 {
             subscribers.version &+= 1
@@ -436,7 +441,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// Decides, in order, what happens to each asynchronous effect of `effects` and to each unrouted one
     /// that cancels a key; synchronous and other unrouted effects are left to the driver.
     @inlinable
-    mutating func decide(_ effects: [Effect]) -> Dispatch<Effect, Event> {
+    mutating func decide(_ effects: [Effect], context: CarriedContext? = nil) -> Dispatch<Effect, Event> {
         var decisions: [Decision<Effect, Event>] = []
         for index in effects.indices {
             let effect = effects[index]
@@ -449,7 +454,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
                 decisions.append(Decision(index, .cancel(cancelling: cancelling, cancelled: cancelled)))
                 continue
             }
-            let perform: @Sendable (Effect, Send<Event>) async throws -> Void
+            var perform: @Sendable (Effect, Send<Event>) async throws -> Void
             var start: (@Sendable (Effect, Send<Event>, @escaping EffectRouter<Effect, Event>.Completion) -> Void)?
             switch performer {
             case .async(let async)?:
@@ -466,6 +471,20 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
                 }
             default:
                 continue
+            }
+            // Inside the router's scope, the handler runs with the context carried from the send.
+            if let scope = router.scope {
+                let inner = perform
+                perform = { effect, send in try await scope.run(context, effect) { try await inner(effect, send) } }
+                if let begin = start {
+                    start = { effect, send, done in
+                        do {
+                            try scope.run(context, effect) { begin(effect, send, done) }
+                        } catch {
+                            done(.failure(error))
+                        }
+                    }
+                }
             }
             let holding: Bool
             if case .running = self.lifecycle { holding = true } else { holding = false }

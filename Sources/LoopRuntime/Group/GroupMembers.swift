@@ -1,3 +1,4 @@
+public import EffectHandlers
 public import LoopCore
 
 /// A group's state machine: its lifecycle and its loops. Kept behind the group's lock; every input
@@ -114,7 +115,8 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
         loops[id] = loop
         // A claimed loop's baton is its creator's, and an idle loop only queues, so this never processes
         // the event under the group's lock.
-        let reception = loop.storage.withLock { $0.receive(event, from: .outside) }
+        let carried = loop.context.router.scope?.captured()
+        let reception = loop.storage.withLock { $0.receive(event, from: .outside, context: carried) }
         let delivery: Delivery =
             if case .rejected(let rejection) = reception { .rejected(rejection) } else { .accepted }
         return .inserted(delivery, first: first)

@@ -153,7 +153,8 @@ extension Loop {
 
     @inlinable
     func receive(_ event: Event, fromEffect id: UInt64) -> Delivery {
-        conclude(storage.withLock { $0.receive(event, fromEffect: id) }, event)
+        let carried = context.router.scope?.captured()
+        return conclude(storage.withLock { $0.receive(event, fromEffect: id, context: carried) }, event)
     }
 
     @inlinable

@@ -26,7 +26,7 @@ extension Loop {
                 if !current.dispatch.isEmpty {
                     let sender = send ?? effectSend
                     send = sender
-                    dispatch(current.dispatch, send: sender)
+                    dispatch(current.dispatch, send: sender, context: current.context)
                 }
             }
             switch storage.withLock({ $0.nextStep() }) {
@@ -49,10 +49,10 @@ extension Loop {
     /// Starts the effects of one event in order: each follows the engine's decision for it, or, with
     /// none, runs inline (synchronous) or is reported failed (unrouted).
     @inlinable
-    func dispatch(_ dispatch: Dispatch<Effect, Event>, send: Send<Event>) {
+    func dispatch(_ dispatch: Dispatch<Effect, Event>, send: Send<Event>, context carried: CarriedContext? = nil) {
         // Most events decide nothing (synchronous effects only): no decision list to walk.
         guard let decided = dispatch.decided else {
-            for effect in dispatch.effects { performUndecided(effect, send: send) }
+            for effect in dispatch.effects { performUndecided(effect, send: send, context: carried) }
             return
         }
         var next = 0
@@ -61,7 +61,7 @@ extension Loop {
                 apply(decided.list[next].admission, to: effect, on: decided.host)
                 next += 1
             } else {
-                performUndecided(effect, send: send)
+                performUndecided(effect, send: send, context: carried)
             }
         }
     }
@@ -69,13 +69,21 @@ extension Loop {
     /// Performs an effect the engine took no decision for: it stops the loop, runs inline, or is
     /// reported failed (unrouted).
     @inlinable
-    func performUndecided(_ effect: Effect, send: Send<Event>) {
+    func performUndecided(_ effect: Effect, send: Send<Event>, context carried: CarriedContext? = nil) {
         if let stopRequest = context.router.stopRequest, let gracePeriod = stopRequest(effect) {
             return stopItself(gracePeriod: gracePeriod, asked: effect)
         }
         switch context.router.performer(for: effect) {
         case .sync(let perform):
-            performSync(effect, perform, send: send)
+            if let scope = context.router.scope {
+                performSync(
+                    effect,
+                    { effect, send in try scope.run(carried, effect) { try perform(effect, send) } },
+                    send: send
+                )
+            } else {
+                performSync(effect, perform, send: send)
+            }
         case nil where context.router.lifecycle(of: effect).policy == .cancel:
             // A `cancel` effect needs no route; with no asynchronous route there is nothing to cancel.
             break

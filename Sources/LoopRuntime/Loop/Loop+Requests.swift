@@ -1,3 +1,4 @@
+public import EffectHandlers
 public import LoopCore
 
 extension Loop {
@@ -35,8 +36,9 @@ extension Loop {
     /// taken.
     @inlinable
     func receive(_ event: Event, from origin: EventOrigin, holding request: any PendingRequest) -> Delivery {
+        let carried = context.router.scope?.captured()
         let reception = storage.withLock { engine in
-            let reception = engine.receive(event, from: origin)
+            let reception = engine.receive(event, from: origin, context: carried)
             if case .rejected = reception {} else { _ = engine.register(request) }
             return reception
         }

@@ -140,13 +140,14 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     @usableFromInline
     func receiveWaitingForRoom(_ event: Event, from origin: EventOrigin) async -> Delivery {
         let id = identifiers.add(1, ordering: .relaxed).newValue
+        let carried = context.router.scope?.captured()
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Delivery, Never>) in
                 let reception = storage.withLock { engine -> LoopEngine<State, Event, Effect>.Reception? in
                     guard !Task.isCancelled, engine.mustWait() else {
-                        return engine.receive(event, from: origin)
+                        return engine.receive(event, from: origin, context: carried)
                     }
-                    engine.park((id, event, origin, continuation))
+                    engine.park((id, event, origin, carried, continuation))
                     return nil
                 }
                 if let reception { continuation.resume(returning: conclude(reception, event)) }
@@ -161,7 +162,11 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     @inlinable
     func receive(_ event: Event, from origin: EventOrigin) -> Delivery {
-        conclude(storage.withLock { $0.receive(event, from: origin) }, event)
+        guard let scope = context.router.scope else {
+            return conclude(storage.withLock { $0.receive(event, from: origin) }, event)
+        }
+        let carried = scope.captured()
+        return conclude(storage.withLock { $0.receive(event, from: origin, context: carried) }, event)
     }
 
     /// Performs what taking `event` requires outside the lock; the delivery to return.

@@ -249,7 +249,7 @@ import Testing
         let action17 = engine.receive(.add(5), from: .outside)
         #expect(action17 == .rejected(.inboxFull))
         let delivery = await withCheckedContinuation { (continuation: CheckedContinuation<Delivery, Never>) in
-            engine.park((7, .add(2), .outside, continuation))
+            engine.park((7, .add(2), .outside, nil, continuation))
             guard case .step(let admitting) = engine.nextStep() else {
                 return continuation.resume(returning: .rejected(.stopped))
             }
@@ -266,7 +266,7 @@ import Testing
         _ = engine.receive(.emit([.sync("s")]), from: .outside)
         _ = engine.receive(.add(1), from: .outside)
         let delivery = await withCheckedContinuation { (continuation: CheckedContinuation<Delivery, Never>) in
-            engine.park((7, .add(2), .outside, continuation))
+            engine.park((7, .add(2), .outside, nil, continuation))
             engine.removeWaitingSender(7)?.resume(returning: .rejected(.inboxFull))
         }
         #expect(delivery == .rejected(.inboxFull))

@@ -103,6 +103,23 @@ enum Guide {
     }
 }
 
+enum RequestID {
+    @TaskLocal static var current: String?
+}
+
+extension Guide {
+    static func scoping(_ router: EffectRouter<Effect, Event>) -> EffectRouter<Effect, Event> {
+        let scoped = router.scoped(
+            EffectScope<Effect>(
+                capture: { RequestID.current },
+                sync: { id, _, body in try RequestID.$current.withValue(id) { try body() } },
+                async: { id, _, body in try await RequestID.$current.withValue(id) { try await body() } }
+            )
+        )
+        return scoped
+    }
+}
+
 @Suite struct LinuxServicesGuideTests {
     @Test func everySwiftBlockOfTheGuideIsCompiledHere() throws {
         let here = URL(fileURLWithPath: #filePath)
