@@ -224,7 +224,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
 
     /// Joins the cluster and processes its shards' inboxes until stopped or cancelled, reporting nothing
     /// of the failures it rides out; see ``run(report:)``. Returns what the node's entities did, added up
-    /// over its sessions with the database; its ``LoopReport/ending`` is the last session's.
+    /// over its sessions with the database; its ``/LoopRuntime/LoopReport/ending`` is the last session's.
     @discardableResult
     public func run() async throws -> LoopReport {
         try await run(report: { _ in })
