@@ -11,12 +11,14 @@ let package = Package(
         .library(name: "LoopServiceLifecycle", targets: ["LoopServiceLifecycle"]),
         .library(name: "LoopLogging", targets: ["LoopLogging"]),
         .library(name: "LoopMetrics", targets: ["LoopMetrics"]),
+        .library(name: "LoopTracing", targets: ["LoopTracing"]),
     ],
     dependencies: [
         .package(name: "EffectLoop", path: "../.."),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.5.0"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.1.0"),
     ],
     targets: [
         .target(
@@ -57,6 +59,27 @@ let package = Package(
                 .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "InMemoryLogging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "LoopTracing",
+            dependencies: [
+                .product(name: "EffectHandlers", package: "EffectLoop"),
+                .product(name: "LoopRuntime", package: "EffectLoop"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "Instrumentation", package: "swift-distributed-tracing"),
+            ]
+        ),
+        .testTarget(
+            name: "LoopTracingTests",
+            dependencies: [
+                "LoopTracing",
+                .product(name: "LoopCore", package: "EffectLoop"),
+                .product(name: "EffectHandlers", package: "EffectLoop"),
+                .product(name: "LoopRuntime", package: "EffectLoop"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "Instrumentation", package: "swift-distributed-tracing"),
+                .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
             ]
         ),
         .testTarget(

@@ -4,9 +4,10 @@
 ///
 /// `capture` runs when an event is sent to the loop from outside (`send`, `request`, a group's
 /// `send(_:to:)`, an event source), on the sender's task: it reads the values to carry, typically
-/// task-locals. The loop keeps what it returns with the event (not in any store or journal), hands it
-/// to `sync` or `async` around the handler of each effect the event's update returns, and gives it to
-/// the events those handlers send, so a chain of effects and events keeps it. `sync` wraps synchronous
+/// task-locals. The loop keeps what it returns with the event (not in any store or journal), and hands
+/// it to `sync` or `async` around the handler of each effect the event's update returns. An event a
+/// handler sends is captured there, so it carries what the wrap set (a tracing wrap's span: the
+/// follow-up's effects are its children); a chain of effects and events keeps the context. `sync` wraps synchronous
 /// handlers (on the thread that processes the event), `async` asynchronous ones (in the effect's
 /// task). Each must call `body` exactly once and return or throw what it did; the context is `nil`
 /// for an event sent where `capture` found nothing (a timer, the program's start-up effects).
@@ -57,39 +58,44 @@ public struct EffectScope<Effect: Sendable>: Sendable {
 
     /// The same scope for a router of `Outer` effects: effects that `extract` finds run inside it;
     /// others run as they are, but keep the context for the events they send.
-    @inlinable
+    @usableFromInline
     func lifted<Outer: Sendable>(_ extract: @escaping @Sendable (Outer) -> Effect?) -> EffectScope<Outer> {
         let (sync, async) = (self.sync, self.async)
         return EffectScope<Outer>(
             capturing: capture,
             sync: { context, outer, body in
-                guard let inner = extract(outer) else { return try body() }
+                guard let inner = extract(outer) else {
+                    return try CarriedContext.$current.withValue(context) { try body() }
+                }
                 try sync(context, inner, body)
             },
             async: { context, outer, body in
-                guard let inner = extract(outer) else { return try await body() }
+                guard let inner = extract(outer) else {
+                    return try await CarriedContext.$current.withValue(context) { try await body() }
+                }
                 try await async(context, inner, body)
             }
         )
     }
 
-    /// The context to carry with an event sent now: the one of the handler sending it, if a handler
-    /// run inside a scope sends it; otherwise what `capture` reads.
+    /// The context to carry with an event sent now: the one of the handler sending it, if that handler
+    /// is one the scope does not wrap (a durable loop's store work); otherwise what `capture` reads,
+    /// which, in a handler the scope wraps, is what the wrap set.
     @usableFromInline
     package func captured() -> CarriedContext? {
         CarriedContext.current ?? capture()
     }
 
-    /// Runs a synchronous handler inside the scope; the events it sends carry `context`.
+    /// Runs a synchronous handler inside the scope.
     @usableFromInline
     package func run(_ context: CarriedContext?, _ effect: Effect, _ body: () throws -> Void) throws {
-        try CarriedContext.$current.withValue(context) { try sync(context, effect, body) }
+        try CarriedContext.$current.withValue(nil) { try sync(context, effect, body) }
     }
 
-    /// Runs an asynchronous handler inside the scope; the events it sends carry `context`.
+    /// Runs an asynchronous handler inside the scope.
     @usableFromInline
     package func run(_ context: CarriedContext?, _ effect: Effect, _ body: () async throws -> Void) async throws {
-        try await CarriedContext.$current.withValue(context) { try await async(context, effect, body) }
+        try await CarriedContext.$current.withValue(nil) { try await async(context, effect, body) }
     }
 }
 

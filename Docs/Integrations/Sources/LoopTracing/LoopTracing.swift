@@ -1,0 +1,65 @@
+public import EffectHandlers
+internal import Instrumentation
+public import LoopRuntime
+public import Tracing
+
+/// Traces of what loops do, through swift-distributed-tracing: each effect's handler runs in a span
+/// that is a child of the span of the request whose event caused it.
+///
+/// ``scope(tracer:name:)`` is an `EffectScope` for a router: it captures `ServiceContext.current`
+/// where an event is sent (a request handler of Hummingbird, gRPC or any instrumented server runs
+/// with its request's context bound), and runs each handler of the effects that event causes in a
+/// span (`effect <case>` by default) started from that context, with the span's context bound while
+/// the handler runs: what the handler calls (an HTTP client, a database driver) and the events it sends
+/// are traced under it. A handler's error is recorded on its span.
+///
+/// ```swift
+/// let router = EffectRouter<Effect, Event>()
+///     .route(...)
+///     .scoped(LoopTracing.scope())
+/// ```
+public enum LoopTracing {
+    /// A scope that runs each effect's handler in a span of `tracer` (by default the one
+    /// `InstrumentationSystem` was bootstrapped with), a child of the context captured where its event
+    /// was sent (a root span where none was bound); `name` names the span (by default `effect` and the
+    /// effect's case name, never its payload).
+    public static func scope<Effect: Sendable>(
+        tracer: (any Tracer)? = nil,
+        name: @escaping @Sendable (Effect) -> String = { "effect \(MetricsObserver<Never, Effect>.caseName($0))" }
+    ) -> EffectScope<Effect> {
+        EffectScope<Effect>(
+            ServiceContext.self,
+            capture: { ServiceContext.current },
+            sync: { context, effect, body in
+                let span = (tracer ?? InstrumentationSystem.tracer).startSpan(
+                    name(effect),
+                    context: context ?? .topLevel,
+                    ofKind: .internal
+                )
+                defer { span.end() }
+                do {
+                    try ServiceContext.withValue(span.context) { try body() }
+                } catch {
+                    span.recordError(error)
+                    span.setStatus(SpanStatus(code: .error))
+                    throw error
+                }
+            },
+            async: { context, effect, body in
+                let span = (tracer ?? InstrumentationSystem.tracer).startSpan(
+                    name(effect),
+                    context: context ?? .topLevel,
+                    ofKind: .internal
+                )
+                defer { span.end() }
+                do {
+                    try await ServiceContext.withValue(span.context) { try await body() }
+                } catch {
+                    span.recordError(error)
+                    span.setStatus(SpanStatus(code: .error))
+                    throw error
+                }
+            }
+        )
+    }
+}

@@ -1,0 +1,126 @@
+import EffectHandlers
+import InMemoryTracing
+import Instrumentation
+import LoopCore
+import LoopRuntime
+import LoopTracing
+import Synchronization
+import Testing
+import Tracing
+
+enum Checkout {
+    enum Event: Sendable, Equatable {
+        case pay(Int)
+        case paid(Int)
+        case refused
+    }
+
+    enum Effect: Sendable, Equatable {
+        case charge(Int)
+        case email(Int)
+    }
+
+    struct Declined: Error {}
+
+    /// The span each email's handler ran in, by amount.
+    final class Emails: Sendable {
+        private let seen = Mutex<[Int: String?]>([:])
+
+        var count: Int { seen.withLock { $0.count } }
+
+        subscript(amount: Int) -> String?? { seen.withLock { $0[amount] } }
+
+        func record(_ amount: Int, _ span: String?) { seen.withLock { $0[amount] = span } }
+    }
+
+    static let program = Program<[Int], Event, Effect>(
+        first: First(state: []),
+        update: Update { paid, event in
+            switch event {
+            case .pay(let amount): return [.charge(amount)]
+            case .paid(let amount):
+                paid.append(amount)
+                return [.email(amount)]
+            case .refused: return []
+            }
+        }
+    )
+
+    /// Charges above 100 are declined; each email records the trace it runs in.
+    static func router(tracer: InMemoryTracer, emails: Emails) -> EffectRouter<Effect, Event> {
+        EffectRouter<Effect, Event>()
+            .route(
+                { if case .charge(let amount) = $0 { amount } else { nil } },
+                to: ClosureEffectHandler { amount, send in
+                    if amount > 100 { throw Declined() }
+                    send(.paid(amount))
+                }
+            )
+            .route(
+                { if case .email(let amount) = $0 { amount } else { nil } },
+                to: ClosureSyncEffectHandler { amount, _ in
+                    emails.record(
+                        amount,
+                        ServiceContext.current.flatMap { tracer.activeSpan(identifiedBy: $0)?.operationName }
+                    )
+                }
+            )
+            .mapErrors { _, _ in .refused }
+            .scoped(LoopTracing.scope(tracer: tracer))
+    }
+}
+
+@Suite struct LoopTracingTests {
+    @Test func eachEffectIsASpanUnderTheRequestThatCausedIt() async throws {
+        let tracer = InMemoryTracer()
+        let emails = Checkout.Emails()
+        let loop = Loop(program: Checkout.program, effects: Checkout.router(tracer: tracer, emails: emails))
+        let running = Task { try await loop.run() }
+        while !loop.isRunning { await Task.yield() }
+        // Two requests, each in a span of its own, as an instrumented HTTP server runs its handlers.
+        for amount in [10, 500] {
+            tracer.withSpan("POST /pay \(amount)", ofKind: .server) { _ in
+                _ = loop.send(.pay(amount))
+            }
+        }
+        while emails.count < 1 || loop.report.effectsFailed < 1 { await Task.yield() }
+        loop.stop()
+        _ = try await running.value
+
+        let spans = tracer.finishedSpans
+        let request10 = try #require(spans.first { $0.operationName == "POST /pay 10" })
+        let request500 = try #require(spans.first { $0.operationName == "POST /pay 500" })
+        let charges = spans.filter { $0.operationName == "effect charge" }
+        #expect(charges.count == 2)
+        let charge10 = try #require(charges.first { $0.parentSpanID == request10.spanID })
+        #expect(charge10.traceID == request10.traceID)
+        let charge500 = try #require(charges.first { $0.parentSpanID == request500.spanID })
+        #expect(charge500.errors.count == 1)
+        // The email follows the event the charge's handler sent: a child of the charge, in the first
+        // request's trace.
+        let email = try #require(spans.first { $0.operationName == "effect email" })
+        #expect(email.traceID == request10.traceID)
+        #expect(email.parentSpanID == charge10.spanID)
+        // While the email's handler ran, its own span was the current context.
+        #expect(emails[10] == .some("effect email"))
+    }
+
+    @Test func anEventSentOutsideAnySpanStartsARootSpanAndItsFollowUpsAreItsChildren() async throws {
+        let tracer = InMemoryTracer()
+        let loop = Loop(
+            program: Checkout.program,
+            effects: Checkout.router(tracer: tracer, emails: Checkout.Emails())
+        )
+        let running = Task { try await loop.run() }
+        while !loop.isRunning { await Task.yield() }
+        loop.send(.pay(1))
+        while tracer.finishedSpans.count < 2 { await Task.yield() }
+        loop.stop()
+        _ = try await running.value
+        let spans = tracer.finishedSpans
+        let charge = try #require(spans.first { $0.operationName == "effect charge" })
+        let email = try #require(spans.first { $0.operationName == "effect email" })
+        #expect(charge.parentSpanID == nil)
+        #expect(email.parentSpanID == charge.spanID)
+    }
+}
