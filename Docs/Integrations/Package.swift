@@ -86,7 +86,7 @@ let package = Package(
             name: "GuideTests",
             dependencies: [
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-                "LoopServiceLifecycle", "LoopLogging", "LoopMetrics",
+                "LoopServiceLifecycle", "LoopLogging", "LoopMetrics", "LoopTracing",
                 .product(name: "LoopCore", package: "EffectLoop"),
                 .product(name: "EffectHandlers", package: "EffectLoop"),
                 .product(name: "EventSources", package: "EffectLoop"),

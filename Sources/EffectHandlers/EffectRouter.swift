@@ -309,7 +309,8 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     /// scope captured where the effect's event was sent (see ``EffectScope``).
     ///
     /// The scope carries over to routers made from this one (``mapEvents(_:)``, ``pullback(_:)``,
-    /// ``combined(with:)``), and so to the durable loops built on it; the context is never recorded.
+    /// ``combined(with:)``: there the first router's scope, or the other's if it has none, wraps every
+    /// route), and so to the durable loops built on it; the context is never recorded.
     @inlinable
     public func scoped(_ scope: EffectScope<Effect>) -> EffectRouter {
         var scoped = self

@@ -10,7 +10,9 @@
 /// follow-up's effects are its children); a chain of effects and events keeps the context. `sync` wraps synchronous
 /// handlers (on the thread that processes the event), `async` asynchronous ones (in the effect's
 /// task). Each must call `body` exactly once and return or throw what it did; the context is `nil`
-/// for an event sent where `capture` found nothing (a timer, the program's start-up effects).
+/// where `capture` found nothing, and for the program's start-up effects. An event source runs in the
+/// task that runs the loop, so its events carry what `capture` reads there. A durable loop's program
+/// effects get none yet: the store's commit releases them, for several callers' events at once.
 ///
 /// ```swift
 /// enum RequestID { @TaskLocal static var current: String? }
@@ -57,7 +59,8 @@ public struct EffectScope<Effect: Sendable>: Sendable {
     }
 
     /// The same scope for a router of `Outer` effects: effects that `extract` finds run inside it;
-    /// others run as they are, but keep the context for the events they send.
+    /// others (a durable loop's store work) run as they are, and the events they send carry no context:
+    /// they may be sent for several callers' events at once.
     @usableFromInline
     func lifted<Outer: Sendable>(_ extract: @escaping @Sendable (Outer) -> Effect?) -> EffectScope<Outer> {
         let (sync, async) = (self.sync, self.async)
@@ -65,25 +68,26 @@ public struct EffectScope<Effect: Sendable>: Sendable {
             capturing: capture,
             sync: { context, outer, body in
                 guard let inner = extract(outer) else {
-                    return try CarriedContext.$current.withValue(context) { try body() }
+                    return try CarriedContext.$current.withValue(CarriedContext.noContext) { try body() }
                 }
                 try sync(context, inner, body)
             },
             async: { context, outer, body in
                 guard let inner = extract(outer) else {
-                    return try await CarriedContext.$current.withValue(context) { try await body() }
+                    return try await CarriedContext.$current.withValue(CarriedContext.noContext) { try await body() }
                 }
                 try await async(context, inner, body)
             }
         )
     }
 
-    /// The context to carry with an event sent now: the one of the handler sending it, if that handler
-    /// is one the scope does not wrap (a durable loop's store work); otherwise what `capture` reads,
-    /// which, in a handler the scope wraps, is what the wrap set.
+    /// The context to carry with an event sent now: none if the handler sending it is one the scope
+    /// does not wrap (a durable loop's store work); otherwise what `capture` reads, which, in a handler
+    /// the scope wraps, is what the wrap set.
     @usableFromInline
     package func captured() -> CarriedContext? {
-        CarriedContext.current ?? capture()
+        guard let current = CarriedContext.current else { return capture() }
+        return current === CarriedContext.noContext ? nil : current
     }
 
     /// Runs a synchronous handler inside the scope.
@@ -96,6 +100,12 @@ public struct EffectScope<Effect: Sendable>: Sendable {
     @usableFromInline
     package func run(_ context: CarriedContext?, _ effect: Effect, _ body: () async throws -> Void) async throws {
         try await CarriedContext.$current.withValue(nil) { try await async(context, effect, body) }
+    }
+
+    /// Runs `body` so that the events it sends carry `context`, whatever `capture` would read there.
+    @usableFromInline
+    package func carrying(_ context: CarriedContext?, _ body: () -> Void) {
+        CarriedContext.$current.withValue(context ?? CarriedContext.noContext) { body() }
     }
 }
 
@@ -111,6 +121,10 @@ package final class CarriedContext: Sendable {
 
     @usableFromInline
     let value: any Sendable
+
+    /// Marks, as ``current``, a handler whose events carry no context.
+    @usableFromInline
+    static let noContext = CarriedContext(())
 
     @usableFromInline
     init(_ value: any Sendable) {

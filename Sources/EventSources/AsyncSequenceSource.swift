@@ -25,7 +25,9 @@ public struct AsyncSequenceSource<Base: AsyncSequence & Sendable>: EventSource w
     /// Sends each element until the sequence ends or the loop stops.
     public func run(send: Send<Event>) async throws {
         for try await element in base {
-            if case .rejected(let rejection) = await send.waitingForRoom(element), rejection != .inboxFull {
+            if case .rejected(let rejection) = await send.waitingForRoom(element),
+                rejection != .inboxFull || Task.isCancelled
+            {
                 return
             }
         }

@@ -1,3 +1,4 @@
+internal import Dispatch
 public import LoopCore
 internal import Synchronization
 
@@ -62,6 +63,8 @@ public struct LineSource<Event: Sendable>: EventSource {
         do {
             for try await chunk in chunks {
                 for line in splitter.append(chunk) where !(await deliver(line, send)) { return }
+                // Only now may the thread read on: a loop that is slow to take lines slows the reading.
+                reader.consumed()
             }
         } catch {
             // A failed read ends the input as surely as its end does, but a line it cut short is not
@@ -88,7 +91,9 @@ public struct LineSource<Event: Sendable>: EventSource {
     /// Sends `event`, waiting for room in a full inbox that lets senders wait; `false` when the loop
     /// takes no more events and reading should stop.
     private func deliver(_ event: Event, _ send: Send<Event>) async -> Bool {
-        if case .rejected(let rejection) = await send.waitingForRoom(event), rejection != .inboxFull {
+        if case .rejected(let rejection) = await send.waitingForRoom(event),
+            rejection != .inboxFull || Task.isCancelled
+        {
             return false
         }
         return true
@@ -123,19 +128,33 @@ public enum LineSourceError: Error, Hashable, Sendable {
     case threadUnavailable
 }
 
-/// Reads chunks from a descriptor on a thread of its own and yields them to a stream.
+/// Reads chunks from a descriptor on a thread of its own and yields them to a stream, at most
+/// ``chunksAhead`` chunks ahead of the reader of the stream (see ``consumed()``), so a slow consumer
+/// slows the reading instead of piling chunks up in memory.
 final class ChunkReader: Sendable {
+    /// How many chunks may wait in the stream, read but not yet consumed.
+    static let chunksAhead = 2
+
     private let fileDescriptor: Int32
     private let continuation: AsyncThrowingStream<[UInt8], any Error>.Continuation
     private let stopped = Atomic<Bool>(false)
+    /// Counts the chunks the thread may still read. Made at zero and raised: libdispatch refuses to free
+    /// a semaphore whose count is below the one it was made with, as it is when the reader stops.
+    private let room = DispatchSemaphore(value: 0)
 
     init(fileDescriptor: Int32, continuation: AsyncThrowingStream<[UInt8], any Error>.Continuation) {
         self.fileDescriptor = fileDescriptor
         self.continuation = continuation
+        for _ in 0..<Self.chunksAhead { room.signal() }
     }
 
     func stop() {
         stopped.store(true, ordering: .releasing)
+    }
+
+    /// The consumer is done with one chunk: the thread may read one more.
+    func consumed() {
+        room.signal()
     }
 
     /// Starts the reading thread, detached; `false` if none could be started. It ends on its own within
@@ -150,9 +169,14 @@ final class ChunkReader: Sendable {
         let timeout = Int32(LineSource<Never>.pollInterval / .milliseconds(1))
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while !stopped.load(ordering: .acquiring) {
+            // Waits for the consumer to take a chunk, checking for a stop every poll interval.
+            guard room.wait(timeout: .now() + .milliseconds(Int(timeout))) == .success else { continue }
             var request = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
             let ready = poll(&request, 1, timeout)
-            if ready == 0 || (ready < 0 && errno == EINTR) { continue }
+            if ready == 0 || (ready < 0 && errno == EINTR) {
+                room.signal()
+                continue
+            }
             if ready < 0 {
                 return continuation.finish(throwing: LineSourceError.readFailed(errno: errno))
             }
@@ -167,6 +191,8 @@ final class ChunkReader: Sendable {
                 return continuation.finish()
             } else if errno != EAGAIN && errno != EINTR {
                 return continuation.finish(throwing: LineSourceError.readFailed(errno: errno))
+            } else {
+                room.signal()
             }
         }
         continuation.finish()

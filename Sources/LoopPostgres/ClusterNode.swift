@@ -102,8 +102,8 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         /// Whether `current` has ended (its counts are in the totals below; it owns nothing).
         var ended = false
         var stopping = false
-        /// The grace period of the graceful stop asked for, if one was.
-        var grace: Duration = .seconds(30)
+        /// The grace period of the graceful stop asked for, if one was: the shortest asked.
+        var grace: Duration?
         /// What the entities of the sessions that ended did, added up.
         var report = LoopReport()
         var interruptions = 0
@@ -292,7 +292,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                 let (stopped, grace) = supervision.withLock { supervision in
                     supervision.current = session
                     supervision.ended = false
-                    return (supervision.stopping, supervision.grace)
+                    return (supervision.stopping, supervision.grace ?? .zero)
                 }
                 if stopped { session.stop(gracePeriod: Task.isCancelled ? .zero : grace) }
                 return session
@@ -317,8 +317,9 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     public func stop(gracePeriod: Duration = .seconds(30)) {
         let (current, grace) = supervision.withLock { supervision in
             supervision.stopping = true
-            supervision.grace = min(supervision.grace, gracePeriod)
-            return (supervision.current, supervision.grace)
+            let grace = min(supervision.grace ?? gracePeriod, gracePeriod)
+            supervision.grace = grace
+            return (supervision.current, grace)
         }
         current.stop(gracePeriod: grace)
     }
@@ -349,9 +350,11 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         var shardOf: [String: Int] = [:]
         var inFlight: Set<Int64> = []
         var stopping = false
-        /// The grace period its entities get when it stops; zero when the node's task was cancelled.
-        var grace: Duration = .seconds(30)
+        /// The grace period its entities get when it stops (the shortest asked for), if a stop was asked.
+        var grace: Duration?
         var cancelled = false
+        /// Whether its entities were asked to stop: a later, shorter stop goes to them at once.
+        var entitiesStopping = false
         /// The task running the session's entities, once it runs.
         var running: Task<LoopReport, any Error>?
         var dispatched = 0
@@ -524,7 +527,10 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         await leave()
         // A node that may have lost its locks commits as little as it can from now on: the database
         // refuses what another node did meanwhile, but nothing needs to be tried.
-        let (grace, cancelled) = ledger.withLock { ($0.grace, $0.cancelled) }
+        let (grace, cancelled) = ledger.withLock { ledger in
+            ledger.entitiesStopping = true
+            return (ledger.grace ?? .seconds(30), ledger.cancelled)
+        }
         if cancelled || Task.isCancelled {
             running.cancel()
         } else {
@@ -602,10 +608,14 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// Asks the session to leave the cluster, giving its entities until `gracePeriod` to finish;
     /// ``run(report:)`` returns once it has.
     func stop(gracePeriod: Duration) {
-        ledger.withLock { ledger in
+        let (grace, forward) = ledger.withLock { ledger in
             ledger.stopping = true
-            ledger.grace = min(ledger.grace, gracePeriod)
+            let grace = min(ledger.grace ?? gracePeriod, gracePeriod)
+            ledger.grace = grace
+            return (grace, ledger.entitiesStopping)
         }
+        // Already stopping its entities: the shorter grace period reaches them now.
+        if forward { group.stop(gracePeriod: grace) }
     }
 
     /// Asks the session to leave the cluster at once: its entities are cancelled, not drained.

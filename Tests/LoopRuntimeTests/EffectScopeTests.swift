@@ -15,12 +15,15 @@ enum Scoped {
     enum Event: Sendable, Equatable {
         case start(Int)
         case followUp(Int)
+        /// Its effect's synchronous handler throws; the router maps the error to `followUp`.
+        case broken(Int)
     }
 
     enum Effect: Sendable, Hashable {
         case note(Int)
         case work(Int)
         case finish(Int)
+        case explode(Int)
     }
 
     static let program = Program<[Int], Event, Effect>(
@@ -31,6 +34,7 @@ enum Scoped {
             case .followUp(let n):
                 seen.append(n)
                 return [.finish(n)]
+            case .broken(let n): return [.explode(n)]
             }
         }
     )
@@ -54,6 +58,11 @@ enum Scoped {
                 { if case .finish = $0 { $0 } else { nil } },
                 to: ClosureEffectHandler { effect, _ in seen.withLock { $0[effect] = RequestID.current } }
             )
+            .route(
+                { if case .explode(let n) = $0 { n } else { nil } },
+                to: ClosureSyncEffectHandler { _, _ in throw Exploded() }
+            )
+            .mapErrors { effect, _ in if case .explode(let n) = effect { .followUp(n) } else { nil } }
         guard scoped else { return router }
         return router.scoped(
             EffectScope<Effect>(
@@ -65,7 +74,23 @@ enum Scoped {
     }
 }
 
+struct Exploded: Error {}
+
 @Suite struct EffectScopeTests {
+    @Test func theEventAFailureMapsToKeepsTheContextOfTheEffectThatFailed() async throws {
+        let seen = Locked<[Scoped.Effect: String?]>([:])
+        let loop = Loop(program: Scoped.program, effects: Scoped.router(seen))
+        _ = try await running(loop) {
+            await withTaskGroup(of: Void.self) { senders in
+                for n in 0..<20 {
+                    senders.addTask { RequestID.$current.withValue("request-\(n)") { _ = loop.send(.broken(n)) } }
+                }
+            }
+            await waitUntil("every mapped failure's effect") { seen.withLock { $0.count } == 20 }
+        }
+        for n in 0..<20 { #expect(seen.withLock { $0[.finish(n)] } == .some("request-\(n)")) }
+    }
+
     @Test func theSendersTaskLocalReachesEveryEffectItsEventCausesAndTheirFollowUps() async throws {
         let seen = Locked<[Scoped.Effect: String?]>([:])
         let loop = Loop(program: Scoped.program, effects: Scoped.router(seen))

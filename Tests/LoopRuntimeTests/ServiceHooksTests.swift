@@ -51,6 +51,39 @@ import Glibc
         #expect(report.eventsDropped == 0)
     }
 
+    @Test func aLineSourceReadsNoFurtherAheadThanTheLoopTakes() async throws {
+        var descriptors: [Int32] = [0, 0]
+        #expect(pipe(&descriptors) == 0)
+        let (reading, writing) = (descriptors[0], descriptors[1])
+        defer { close(reading) }
+        _ = fcntl(writing, F_SETFL, fcntl(writing, F_GETFL) | O_NONBLOCK)
+        let lines = LineSource<Jobs.Event>(fileDescriptor: reading) { .append(Int($0) ?? -1) }
+        let busy = BusyLoop(.bounded(1, whenFull: .suspendSender), sources: [lines])
+        let line = Array(String(repeating: "7", count: 1_023).utf8) + [UInt8(ascii: "\n")]
+        var written = 0
+        let report = try await running(busy.loop) {
+            await busy.hold()
+            // Writes 8 MiB of lines while the loop takes none: once the reader is a few chunks ahead it
+            // stops reading, the pipe fills, and it stays full.
+            while written < 8 << 20 {
+                let count = line.withUnsafeBytes { write(writing, $0.baseAddress, $0.count) }
+                if count > 0 {
+                    written += count
+                    continue
+                }
+                var full = pollfd(fd: writing, events: Int16(POLLOUT), revents: 0)
+                if poll(&full, 1, 500) == 0 { break }
+            }
+            busy.release()
+            close(writing)
+            await busy.recorder.wait(for: .sourceFinished)
+        }
+        // The pipe (64 KiB), two chunks read ahead (128 KiB) and the lines waiting for room: far below 8 MiB.
+        #expect(written < 1 << 20)
+        #expect(busy.loop.state.items.count * line.count == written)
+        #expect(report.eventsRejected == 0)
+    }
+
     @Test func aMappedSenderKeepsWaitingForRoom() async throws {
         let (stream, continuation) = AsyncStream<Int>.makeStream()
         let source = MappedSource(AsyncSequenceSource(stream)) { Jobs.Event.append($0) }
@@ -86,7 +119,6 @@ import Glibc
     ) async throws {
         let number = watched.rawValue
         signal(number, SIG_DFL)
-        defer { signal(number, SIG_DFL) }
         let recorder = Recorder<Jobs.Event, Jobs.Effect>()
         let signals = SignalSource<Jobs.Event>([watched], restoringDisposition: restoring) { .note("\($0)") }
         let ended = Locked(false)
@@ -107,10 +139,11 @@ import Glibc
             guard !restoring else { return }
             // The watcher is installed just after the disposition: deliver until it reports one, pausing
             // between deliveries so they do not pile up.
-            while !recorder.entries.contains(.processed(.note("\(watched)"))) {
+            for _ in 0..<12_000 where !recorder.entries.contains(.processed(.note("\(watched)"))) {
                 kill(getpid(), number)
                 try await Task.sleep(for: .milliseconds(5))
             }
+            #expect(recorder.entries.contains(.processed(.note("\(watched)"))))
         }
         await waitUntil("the source to end") { ended.withLock { $0 } }
         if restoring {
@@ -137,13 +170,17 @@ import Glibc
             program: { _ in Jobs.program },
             effects: Jobs.router(gates: Gates())
         )
-        let parts: [(any Runnable, @Sendable () -> Bool)] = [(loop, { loop.isRunning }), (group, { group.isRunning })]
-        for (part, isRunning) in parts {
+        let parts: [(any Runnable, @Sendable () -> Bool, @Sendable () -> Delivery)] = [
+            (loop, { loop.isRunning }, { loop.send(.note("x")) }),
+            (group, { group.isRunning }, { group.send(.note("x"), to: 1) }),
+        ]
+        for (part, isRunning, send) in parts {
             let report = try await Self.serve(part) {
                 await waitUntil("the part to run", isRunning)
-                loop.send(.note("x"))
+                #expect(send() == .accepted)
             }
             #expect(report.ending == .drained)
+            #expect(report.eventsProcessed == 1)
         }
         #expect(loop.state.log == ["x"])
     }

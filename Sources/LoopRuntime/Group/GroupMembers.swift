@@ -97,7 +97,8 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
     mutating func insert(
         _ loop: Member,
         for id: ID,
-        event: Event
+        event: Event,
+        context carried: CarriedContext? = nil
     ) -> Insertion {
         if let existing = loops[id] { return .found(existing) }
         var first: Dispatch<Effect, Event>?
@@ -115,7 +116,6 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
         loops[id] = loop
         // A claimed loop's baton is its creator's, and an idle loop only queues, so this never processes
         // the event under the group's lock.
-        let carried = loop.context.router.scope?.captured()
         let reception = loop.storage.withLock { $0.receive(event, from: .outside, context: carried) }
         let delivery: Delivery =
             if case .rejected(let rejection) = reception { .rejected(rejection) } else { .accepted }

@@ -133,7 +133,9 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
             case .stopRequested: self?.retire(loop)
             }
         }
-        let insertion = members.withLock { $0.insert(loop, for: id, event: event) }
+        // Captured before the lock: `capture` is the app's code.
+        let carried = context.router.scope?.captured()
+        let insertion = members.withLock { $0.insert(loop, for: id, event: event, context: carried) }
         switch insertion {
         case .found(let existing):
             return (existing.send(event), existing)

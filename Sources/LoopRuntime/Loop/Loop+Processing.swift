@@ -76,11 +76,14 @@ extension Loop {
         switch context.router.performer(for: effect) {
         case .sync(let perform):
             if let scope = context.router.scope {
-                performSync(
-                    effect,
-                    { effect, send in try scope.run(carried, effect) { try perform(effect, send) } },
-                    send: send
-                )
+                // The event a failure maps to is sent with the effect's context too.
+                scope.carrying(carried) {
+                    performSync(
+                        effect,
+                        { effect, send in try scope.run(carried, effect) { try perform(effect, send) } },
+                        send: send
+                    )
+                }
             } else {
                 performSync(effect, perform, send: send)
             }

@@ -7,8 +7,8 @@ public import ServiceLifecycle
 ///
 /// - The group's graceful shutdown stops the part gracefully (`stop(gracePeriod:)`): it takes no new
 ///   events, processes what it took, and gives its effects `gracePeriod` to finish.
-/// - A cancellation (the group's second signal, or its `maximumGracefulShutdownDuration`) makes the
-///   part return at once, its effects cancelled.
+/// - A cancellation (a signal of the group's `cancellationSignals`, or the end of its
+///   `maximumGracefulShutdownDuration`) makes the part return at once, its effects cancelled.
 /// - When the part has stopped, its report is logged at `info` (or `warning` if it did not drain),
 ///   with the counts in the metadata.
 ///
@@ -95,7 +95,7 @@ public struct RunnableService<Part: Runnable>: Service, CustomStringConvertible 
 /// put it **first** in the group's services, so it is shut down last, after the loops that use it.
 ///
 /// ```swift
-/// let store = try await FileEventStore(directory: path)
+/// let store = try FileEventStore(directory: path)
 /// let services: [any Service] = [ClosingService("store") { await store.close() }, RunnableService(group)]
 /// ```
 public struct ClosingService: Service, CustomStringConvertible {

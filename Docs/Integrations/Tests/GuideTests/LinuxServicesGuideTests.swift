@@ -8,6 +8,7 @@ import LoopMetrics
 import LoopPersistence
 import LoopRuntime
 import LoopServiceLifecycle
+import LoopTracing
 import ServiceLifecycle
 import Testing
 import UnixSignals
@@ -117,6 +118,11 @@ extension Guide {
             )
         )
         return scoped
+    }
+
+    static func tracing(_ router: EffectRouter<Effect, Event>) -> EffectRouter<Effect, Event> {
+        let traced = router.scoped(LoopTracing.scope())
+        return traced
     }
 }
 
