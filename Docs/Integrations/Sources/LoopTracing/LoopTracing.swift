@@ -31,35 +31,36 @@ public enum LoopTracing {
             ServiceContext.self,
             capture: { ServiceContext.current },
             sync: { context, effect, body in
-                let span = (tracer ?? InstrumentationSystem.tracer).startSpan(
-                    name(effect),
-                    context: context ?? .topLevel,
-                    ofKind: .internal
-                )
+                let span = start(name(effect), under: context, on: tracer)
                 defer { span.end() }
                 do {
                     try ServiceContext.withValue(span.context) { try body() }
                 } catch {
-                    span.recordError(error)
-                    span.setStatus(SpanStatus(code: .error))
-                    throw error
+                    throw failed(span, error)
                 }
             },
             async: { context, effect, body in
-                let span = (tracer ?? InstrumentationSystem.tracer).startSpan(
-                    name(effect),
-                    context: context ?? .topLevel,
-                    ofKind: .internal
-                )
+                let span = start(name(effect), under: context, on: tracer)
                 defer { span.end() }
                 do {
                     try await ServiceContext.withValue(span.context) { try await body() }
                 } catch {
-                    span.recordError(error)
-                    span.setStatus(SpanStatus(code: .error))
-                    throw error
+                    throw failed(span, error)
                 }
             }
         )
+    }
+
+    /// A span named `name`, a child of `context` (a root span without one), on `tracer` or the
+    /// bootstrapped one.
+    private static func start(_ name: String, under context: ServiceContext?, on tracer: (any Tracer)?) -> any Span {
+        (tracer ?? InstrumentationSystem.tracer).startSpan(name, context: context ?? .topLevel, ofKind: .internal)
+    }
+
+    /// Records `error` on `span`, marks it failed, and returns the error to throw.
+    private static func failed(_ span: any Span, _ error: any Error) -> any Error {
+        span.recordError(error)
+        span.setStatus(SpanStatus(code: .error))
+        return error
     }
 }
