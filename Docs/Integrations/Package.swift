@@ -24,6 +24,7 @@ let package = Package(
         .target(
             name: "LoopServiceLifecycle",
             dependencies: [
+                "LoopLogging",
                 .product(name: "LoopRuntime", package: "EffectLoop"),
                 .product(name: "LoopPersistence", package: "EffectLoop"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

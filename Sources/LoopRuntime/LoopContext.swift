@@ -66,6 +66,13 @@ final class LoopContext<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     @usableFromInline
     let inbox: InboxPolicy
 
+    /// What the router's scope captures for an event sent now (`nil` without a scope). Called outside
+    /// every lock: `capture` is the app's code.
+    @inlinable
+    func carriedContext() -> CarriedContext? {
+        router.scope?.captured()
+    }
+
     @usableFromInline
     init(
         router: EffectRouter<Effect, Event>,

@@ -133,8 +133,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
             case .stopRequested: self?.retire(loop)
             }
         }
-        // Captured before the lock: `capture` is the app's code.
-        let carried = context.router.scope?.captured()
+        let carried = context.carriedContext()
         let insertion = members.withLock { $0.insert(loop, for: id, event: event, context: carried) }
         switch insertion {
         case .found(let existing):

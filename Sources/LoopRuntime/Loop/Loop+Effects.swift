@@ -153,7 +153,7 @@ extension Loop {
 
     @inlinable
     func receive(_ event: Event, fromEffect id: UInt64) -> Delivery {
-        let carried = context.router.scope?.captured()
+        let carried = context.carriedContext()
         return conclude(storage.withLock { $0.receive(event, fromEffect: id, context: carried) }, event)
     }
 

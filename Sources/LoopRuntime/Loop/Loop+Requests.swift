@@ -36,7 +36,7 @@ extension Loop {
     /// taken.
     @inlinable
     func receive(_ event: Event, from origin: EventOrigin, holding request: any PendingRequest) -> Delivery {
-        let carried = context.router.scope?.captured()
+        let carried = context.carriedContext()
         let reception = storage.withLock { engine in
             let reception = engine.receive(event, from: origin, context: carried)
             if case .rejected = reception {} else { _ = engine.register(request) }

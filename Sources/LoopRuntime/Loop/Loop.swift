@@ -140,7 +140,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     @usableFromInline
     func receiveWaitingForRoom(_ event: Event, from origin: EventOrigin) async -> Delivery {
         let id = identifiers.add(1, ordering: .relaxed).newValue
-        let carried = context.router.scope?.captured()
+        let carried = context.carriedContext()
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Delivery, Never>) in
                 let reception = storage.withLock { engine -> LoopEngine<State, Event, Effect>.Reception? in
@@ -162,10 +162,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     @inlinable
     func receive(_ event: Event, from origin: EventOrigin) -> Delivery {
-        guard let scope = context.router.scope else {
-            return conclude(storage.withLock { $0.receive(event, from: origin) }, event)
-        }
-        let carried = scope.captured()
+        let carried = context.carriedContext()
         return conclude(storage.withLock { $0.receive(event, from: origin, context: carried) }, event)
     }
 

@@ -125,13 +125,7 @@ public struct LoggingObserver<ID: Hashable & Sendable, Event: Sendable, Effect: 
         case .sourceFinished, .stopping:
             break
         case .stopped(let report):
-            metadata["effectloop.ending"] = "\(report.ending.map { "\($0)" } ?? "running")"
-            metadata["effectloop.events_processed"] = "\(report.eventsProcessed)"
-            metadata["effectloop.events_rejected"] = "\(report.eventsRejected)"
-            metadata["effectloop.events_dropped"] = "\(report.eventsDropped)"
-            metadata["effectloop.effects_started"] = "\(report.effectsStarted)"
-            metadata["effectloop.effects_failed"] = "\(report.effectsFailed)"
-            metadata["effectloop.effects_abandoned"] = "\(report.effectsAbandoned)"
+            metadata = report.logMetadata
         }
         return metadata
     }
@@ -149,5 +143,25 @@ public struct LoggingObserver<ID: Hashable & Sendable, Event: Sendable, Effect: 
     /// A duration in seconds, as a decimal number.
     static func seconds(_ duration: Duration) -> Double {
         Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+}
+
+extension LoopReport {
+    /// The report's ending and counts, as log metadata (`effectloop.ending`,
+    /// `effectloop.events_processed`, ...).
+    public var logMetadata: Logger.Metadata {
+        [
+            "effectloop.ending": "\(ending.map { "\($0)" } ?? "running")",
+            "effectloop.events_sent": "\(eventsSent)",
+            "effectloop.events_processed": "\(eventsProcessed)",
+            "effectloop.events_rejected": "\(eventsRejected)",
+            "effectloop.events_dropped": "\(eventsDropped)",
+            "effectloop.effects_started": "\(effectsStarted)",
+            "effectloop.effects_completed": "\(effectsCompleted)",
+            "effectloop.effects_failed": "\(effectsFailed)",
+            "effectloop.effects_cancelled": "\(effectsCancelled)",
+            "effectloop.effects_timed_out": "\(effectsTimedOut)",
+            "effectloop.effects_abandoned": "\(effectsAbandoned)",
+        ]
     }
 }

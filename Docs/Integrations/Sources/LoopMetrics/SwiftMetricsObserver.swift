@@ -36,7 +36,7 @@ public final class SwiftMetricsObserver<ID: Hashable & Sendable, Event: Sendable
     private struct Cache {
         var counters: [Key: Counter] = [:]
         var timers: [Key: Metrics.Timer] = [:]
-        var gauge: Gauge?
+        var gauges: [Key: Gauge] = [:]
     }
 
     private struct Key: Hashable {
@@ -102,38 +102,35 @@ public final class SwiftMetricsObserver<ID: Hashable & Sendable, Event: Sendable
 
     /// The counter for `name` with `dimensions` (name, value, name, value, ...), made once.
     private func counter(_ name: String, _ dimensions: [String]) -> Counter {
-        let key = Key(name: name, dimensions: dimensions)
-        if let found = cache.withLock({ $0.counters[key] }) { return found }
-        let made = Counter(label: name, dimensions: pairs(dimensions), factory: factory)
-        return cache.withLock { cache in
-            if let found = cache.counters[key] { return found }
-            cache.counters[key] = made
-            return made
+        cached(Key(name: name, dimensions: dimensions), in: \.counters) {
+            Counter(label: name, dimensions: pairs(dimensions), factory: factory)
         }
     }
 
     private func timer(_ name: String, _ dimensions: [String]) -> Metrics.Timer {
-        let key = Key(name: name, dimensions: dimensions)
-        if let found = cache.withLock({ $0.timers[key] }) { return found }
-        let made = Metrics.Timer(
-            label: name,
-            dimensions: pairs(dimensions),
-            preferredDisplayUnit: .seconds,
-            factory: factory
-        )
-        return cache.withLock { cache in
-            if let found = cache.timers[key] { return found }
-            cache.timers[key] = made
-            return made
+        cached(Key(name: name, dimensions: dimensions), in: \.timers) {
+            Metrics.Timer(label: name, dimensions: pairs(dimensions), preferredDisplayUnit: .seconds, factory: factory)
         }
     }
 
     private func inboxDepth() -> Gauge {
-        if let found = cache.withLock({ $0.gauge }) { return found }
-        let made = Gauge(label: "effectloop_inbox_depth", dimensions: extra, factory: factory)
+        cached(Key(name: "effectloop_inbox_depth", dimensions: []), in: \.gauges) {
+            Gauge(label: "effectloop_inbox_depth", dimensions: extra, factory: factory)
+        }
+    }
+
+    /// The metric kept under `key`, or the one `make` makes (outside the lock), kept unless another
+    /// thread kept one first.
+    private func cached<Metric: Sendable>(
+        _ key: Key,
+        in table: any WritableKeyPath<Cache, [Key: Metric]> & Sendable,
+        make: () -> Metric
+    ) -> Metric {
+        if let found = cache.withLock({ $0[keyPath: table][key] }) { return found }
+        let made = make()
         return cache.withLock { cache in
-            if let found = cache.gauge { return found }
-            cache.gauge = made
+            if let found = cache[keyPath: table][key] { return found }
+            cache[keyPath: table][key] = made
             return made
         }
     }

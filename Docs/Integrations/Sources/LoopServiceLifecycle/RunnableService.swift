@@ -1,4 +1,5 @@
 public import Logging
+internal import LoopLogging
 public import LoopRuntime
 public import ServiceLifecycle
 
@@ -64,30 +65,13 @@ public struct RunnableService<Part: Runnable>: Service, CustomStringConvertible 
             return
         }
         guard let logger else { return }
-        var metadata = Self.metadata(of: report)
+        var metadata = report.logMetadata
         metadata["effectloop.service"] = "\(name)"
         logger.log(
             level: report.ending == .drained ? .info : .warning,
             "effectloop part stopped",
             metadata: metadata
         )
-    }
-
-    /// A report's counts and ending, as log metadata.
-    public static func metadata(of report: LoopReport) -> Logger.Metadata {
-        [
-            "effectloop.ending": "\(report.ending.map { "\($0)" } ?? "running")",
-            "effectloop.events_sent": "\(report.eventsSent)",
-            "effectloop.events_processed": "\(report.eventsProcessed)",
-            "effectloop.events_rejected": "\(report.eventsRejected)",
-            "effectloop.events_dropped": "\(report.eventsDropped)",
-            "effectloop.effects_started": "\(report.effectsStarted)",
-            "effectloop.effects_completed": "\(report.effectsCompleted)",
-            "effectloop.effects_failed": "\(report.effectsFailed)",
-            "effectloop.effects_cancelled": "\(report.effectsCancelled)",
-            "effectloop.effects_timed_out": "\(report.effectsTimedOut)",
-            "effectloop.effects_abandoned": "\(report.effectsAbandoned)",
-        ]
     }
 }
 
