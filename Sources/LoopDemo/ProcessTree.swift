@@ -63,16 +63,25 @@ public enum ProcessTree {
         return unsafeBitCast(symbol, to: Prctl.self)(option, argument, 0, 0, 0) == 0
     }
 
-    /// Reaps this process's children that have exited and are not in `waited` (whose exits someone
-    /// else waits for): processes jobs left behind, re-parented here, which would otherwise stay
-    /// zombies until the demo exits.
-    public static func reapExited(except waited: Set<Int32>) {
+    /// Reaps this process's children that have exited, are not in `waited` (whose exits someone else
+    /// waits for), and belong to one of the process groups `groups` (the groups of the commands this
+    /// process started): processes those commands left behind, re-parented here, which would otherwise
+    /// stay zombies until the process exits. A child of any other group is left alone: it is someone
+    /// else's (a test's server, a process another library started), and reaping it would steal its
+    /// exit status from whoever waits for it. Groups nothing is left in are removed from `groups`.
+    public static func reapExited(inGroups groups: inout Set<Int32>, except waited: Set<Int32>) {
+        guard !groups.isEmpty else { return }
         let me = getpid()
-        for pid in pids() where !waited.contains(pid) {
-            guard let found = status(of: pid), found.parent == me, found.state == "Z" else { continue }
-            var exit: Int32 = 0
-            _ = waitpid(pid, &exit, WNOHANG)
+        var occupied: Set<pid_t> = []
+        for pid in pids() {
+            guard let found = status(of: pid) else { continue }
+            if found.parent == me, found.state == "Z", groups.contains(found.group), !waited.contains(pid) {
+                var exit: Int32 = 0
+                if waitpid(pid, &exit, WNOHANG) == pid { continue }
+            }
+            occupied.insert(found.group)
         }
+        groups.formIntersection(occupied)
     }
 
     /// The processes other than this one with a descriptor on one of the pipes `inodes` names.
@@ -111,14 +120,14 @@ public enum ProcessTree {
         (FileSystem.entries(of: "/proc") ?? []).compactMap { pid_t($0) }
     }
 
-    /// The state letter (`R`, `S`, `Z`, …) and parent of `pid`: the third and fourth fields of its
-    /// `stat`, after the command name in parentheses (which may itself hold spaces and parentheses, so
-    /// it is found from the last one).
-    static func status(of pid: pid_t) -> (state: Substring, parent: pid_t)? {
+    /// The state letter (`R`, `S`, `Z`, …), parent and process group of `pid`: the third, fourth and
+    /// fifth fields of its `stat`, after the command name in parentheses (which may itself hold spaces
+    /// and parentheses, so it is found from the last one).
+    static func status(of pid: pid_t) -> (state: Substring, parent: pid_t, group: pid_t)? {
         let text = String(decoding: FileSystem.bytes(at: "/proc/\(pid)/stat"), as: UTF8.self)
         guard let close = text.lastIndex(of: ")") else { return nil }
         let fields = text[text.index(after: close)...].split(separator: " ")
-        guard fields.count > 1, let parent = pid_t(fields[1]) else { return nil }
-        return (fields[0], parent)
+        guard fields.count > 2, let parent = pid_t(fields[1]), let group = pid_t(fields[2]) else { return nil }
+        return (fields[0], parent, group)
     }
 }

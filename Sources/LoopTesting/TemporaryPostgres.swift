@@ -1,3 +1,4 @@
+internal import EventSources
 internal import LoopRuntime
 internal import Synchronization
 
@@ -13,13 +14,17 @@ internal import Musl
 /// server stops it within a second, so no server outlives its tests.
 ///
 /// ```swift
-/// let server = try TemporaryPostgres.shared()
-/// let store = try await PostgresEventStore(connecting: try server.createDatabase())
+/// let server = try await TemporaryPostgres.shared()
+/// let store = try await PostgresEventStore(connecting: try await server.createDatabase())
 /// ```
 ///
 /// Set `EFFECTLOOP_POSTGRES` to a conninfo (`host=... user=...`, no `dbname`) to use an existing server
 /// instead; its user must be allowed to create databases. As root, the server runs as the `postgres`
 /// user (`initdb` refuses root). Needs PostgreSQL's server programs (Debian: `postgresql`).
+///
+/// Every call that runs a program (`initdb`, `pg_ctl`, `psql`) is `async` and waits for it on a thread
+/// of its own, never on one of Swift's concurrency pool: the pool has one thread per core, and a test
+/// blocked there in `initdb` starves every other test of its process until their time limits pass.
 public final class TemporaryPostgres: Sendable {
     /// Why no server could be had: a sentence saying what to install or set.
     public struct Unavailable: Error, CustomStringConvertible, Sendable {
@@ -42,7 +47,12 @@ public final class TemporaryPostgres: Sendable {
 
     /// The server this process shares between its tests: `EFFECTLOOP_POSTGRES`'s, or one started on
     /// first use with `fsync` off (a test's crash safety is not the server's).
-    public static func shared() throws(Unavailable) -> TemporaryPostgres {
+    public static func shared() async throws(Unavailable) -> TemporaryPostgres {
+        try await offThePool { () throws(Unavailable) in try startingShared() }
+    }
+
+    /// ``shared()``, on the calling thread (which waits for another caller's start under the lock).
+    private static func startingShared() throws(Unavailable) -> TemporaryPostgres {
         let result = sharedServer.withLock { shared -> Result<TemporaryPostgres, Unavailable> in
             if let shared { return shared }
             let result: Result<TemporaryPostgres, Unavailable>
@@ -50,7 +60,7 @@ public final class TemporaryPostgres: Sendable {
                 result = .success(TemporaryPostgres(existing: existing))
             } else {
                 do throws(Unavailable) {
-                    let server = try TemporaryPostgres(durable: false)
+                    let server = try TemporaryPostgres(Self.start(durable: false, listening: nil))
                     registerExitStop(server)
                     result = .success(server)
                 } catch {
@@ -75,12 +85,34 @@ public final class TemporaryPostgres: Sendable {
         control = nil
     }
 
+    /// What a server this process started is known by.
+    private struct Started: Sendable {
+        let conninfo: String
+        let directory: String
+        let stopCommand: [String]
+        let control: [String]
+    }
+
+    private init(_ started: Started) {
+        conninfo = started.conninfo
+        directory = started.directory
+        stopCommand = started.stopCommand
+        control = started.control
+    }
+
     /// Starts a new server. `durable`: with `fsync` and synchronous commit on, as a production server
     /// runs (for benchmarks); otherwise `fsync` is off. `listening`: an IP address to accept TCP
     /// connections on as well (port 5432, any client, without a password), for tests that cut a network
     /// link; by default the server listens on its Unix socket only. Stop it with ``stop()``; the watchdog
     /// stops it if this process dies first.
-    public init(durable: Bool, listening address: String? = nil) throws(Unavailable) {
+    public convenience init(durable: Bool, listening address: String? = nil) async throws(Unavailable) {
+        self.init(
+            try await offThePool { () throws(Unavailable) in try Self.start(durable: durable, listening: address) }
+        )
+    }
+
+    /// Runs `initdb` and `pg_ctl start`, and starts the watchdog, on the calling thread.
+    private static func start(durable: Bool, listening address: String?) throws(Unavailable) -> Started {
         guard let bin = Self.binDirectory() else {
             throw Unavailable(
                 description: "PostgreSQL's server programs (initdb, pg_ctl) are not installed: run `make deps`, "
@@ -124,49 +156,51 @@ public final class TemporaryPostgres: Sendable {
         _ = try? Self.run([
             "setsid", "-f", "/bin/sh", "-c", "while kill -0 \(getpid()) 2>/dev/null; do sleep 1; done; \(stop)",
         ])
-        self.conninfo = "host=\(directory) user=effectloop"
-        self.directory = directory
-        self.stopCommand = ["/bin/sh", "-c", stop]
-        self.control =
-            asUser + [
+        return Started(
+            conninfo: "host=\(directory) user=effectloop",
+            directory: directory,
+            stopCommand: ["/bin/sh", "-c", stop],
+            control: asUser + [
                 "\(bin)/pg_ctl", "-D", data, "-l", directory + "/server.log", "-w", "-t", "60", "-o", options,
             ]
+        )
     }
 
     /// Restarts the server this process started, as an operator's `pg_ctl restart -m fast` does: every
     /// session is ended, and the server accepts connections again once this returns.
     ///
     /// - Throws: ``Unavailable`` for a server this process did not start, or when `pg_ctl` fails.
-    public func restart() throws(Unavailable) {
-        try self.control(["restart", "-m", "fast"])
+    public func restart() async throws(Unavailable) {
+        try await self.control(["restart", "-m", "fast"])
     }
 
     /// Shuts the server this process started down (`pg_ctl stop -m fast`), keeping its data:
     /// ``startAgain()`` brings it back, ``stop()`` removes it.
-    public func shutDown() throws(Unavailable) {
-        try self.control(["stop", "-m", "fast"])
+    public func shutDown() async throws(Unavailable) {
+        try await self.control(["stop", "-m", "fast"])
     }
 
     /// Starts the server again after ``shutDown()``.
-    public func startAgain() throws(Unavailable) {
-        try self.control(["start"])
+    public func startAgain() async throws(Unavailable) {
+        try await self.control(["start"])
     }
 
-    private func control(_ action: [String]) throws(Unavailable) {
+    private func control(_ action: [String]) async throws(Unavailable) {
         guard let control, !stopped.load(ordering: .relaxed) else {
             throw Unavailable(description: "the server was not started by this process, or is stopped")
         }
-        try Self.run(control + action)
+        _ = try await Self.runOffThePool(control + action)
     }
 
     /// Creates an empty database and returns its conninfo.
-    public func createDatabase() throws(Unavailable) -> String {
+    public func createDatabase() async throws(Unavailable) -> String {
         let name = "effectloop_\(getpid())_\(databases.add(1, ordering: .relaxed).newValue)"
-        try Self.run(Self.psql(conninfo + " dbname=postgres", "CREATE DATABASE \(name)"))
+        _ = try await Self.runOffThePool(Self.psql(conninfo + " dbname=postgres", "CREATE DATABASE \(name)"))
         return conninfo + " dbname=\(name)"
     }
 
     /// Stops the server this process started and removes its directory (nothing for an existing one).
+    /// Synchronous, so that a `defer` can call it: `pg_ctl stop -m immediate` returns within moments.
     public func stop() {
         guard let stopCommand, !stopped.exchange(true, ordering: .relaxed) else { return }
         _ = try? Self.run(stopCommand)
@@ -174,8 +208,13 @@ public final class TemporaryPostgres: Sendable {
 
     /// Runs `sql` in the database `conninfo` names, with `psql`; its output.
     @discardableResult
-    public static func psql(_ conninfo: String, sql: String) throws(Unavailable) -> String {
-        try run(psql(conninfo, sql))
+    public static func psql(_ conninfo: String, sql: String) async throws(Unavailable) -> String {
+        try await runOffThePool(psql(conninfo, sql))
+    }
+
+    /// ``run(_:)`` on a thread of its own.
+    private static func runOffThePool(_ command: [String]) async throws(Unavailable) -> String {
+        try await offThePool { () throws(Unavailable) in try run(command) }
     }
 
     static func psql(_ conninfo: String, _ sql: String) -> [String] {
@@ -271,4 +310,15 @@ private func registerExitStop(_ server: TemporaryPostgres) {
 
 private func stopAtExit() {
     exitStop.withLock { $0 }?.stop()
+}
+
+/// Runs `work`, which blocks (on a child process, or on a lock such work holds), on an operating-system
+/// thread of its own, and waits for its result without holding a thread of Swift's concurrency pool.
+package func offThePool<T: Sendable, Failure: Error>(
+    _ work: @escaping @Sendable () throws(Failure) -> T
+) async throws(Failure) -> T {
+    let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<T, Failure>, Never>) in
+        OSThread { continuation.resume(returning: Result { () throws(Failure) -> T in try work() }) }.detach()
+    }
+    return try result.get()
 }

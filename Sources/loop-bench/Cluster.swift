@@ -137,7 +137,7 @@ extension Workloads {
     /// once to an entity of one of its shards; the time until that event is committed by the other node
     /// is the failover time. The killed node restarts (and takes its shards back) before the next round.
     static func w11(_ sizes: Sizes) async throws -> Outcome {
-        let (server, base) = try benchServer()
+        let (server, base) = try await benchServer()
         defer { server?.stop() }
         let schema = "bench_w11_\(getpid())"
         let inbox = try await PostgresInbox(connecting: base, schema: schema)

@@ -19,9 +19,9 @@ let postgresArgument: String? = arguments.firstIndex(of: "--postgres").flatMap {
 
 /// The server a PostgreSQL workload runs against: `--postgres`'s, or a throwaway one with fsync and
 /// synchronous commit on (returned, to be stopped); and the conninfo of its database.
-func benchServer() throws -> (server: TemporaryPostgres?, conninfo: String) {
+func benchServer() async throws -> (server: TemporaryPostgres?, conninfo: String) {
     if let postgresArgument { return (nil, postgresArgument) }
-    let started = try TemporaryPostgres(durable: true)
+    let started = try await TemporaryPostgres(durable: true)
     return (started, started.conninfo + " dbname=postgres")
 }
 
@@ -32,7 +32,7 @@ extension Workloads {
     static func w10(_ sizes: Sizes) async throws -> Outcome {
         let entities = 10_000
         let events = sizes.w10Events
-        let (server, base) = try benchServer()
+        let (server, base) = try await benchServer()
         defer { server?.stop() }
         var rates: [Double] = []
         var raws: [Double] = []

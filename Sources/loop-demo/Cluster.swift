@@ -126,7 +126,7 @@ func listJobs(conninfo: String) async -> Int32 {
 func clusterDemo() async -> Int32 {
     let server: TemporaryPostgres
     do {
-        server = try TemporaryPostgres(durable: false)
+        server = try await TemporaryPostgres(durable: false)
     } catch {
         printError("loop-demo: \(error)")
         return 73

@@ -21,7 +21,7 @@ struct ClusterCommandTests {
 
     @Test(.timeLimit(.minutes(2)))
     func jobsSubmittedToTheClusterRunOnANodeAndAreListed() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let script = """
             "$DEMO" submit --postgres '\(database)' hello -- echo hi || exit 1
             "$DEMO" submit --postgres '\(database)' doomed --retries 0 -- exit 3 || exit 1
@@ -46,7 +46,7 @@ struct ClusterCommandTests {
     /// once. Each job marks itself running and counts the marks; no count may exceed the limit.
     @Test(.timeLimit(.minutes(2)))
     func aNodeRunsAtMostItsLimitOfCommandsAtOnce() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let scratch = Demo.scratch()
         let script = """
             mkdir -p '\(scratch)/running'
@@ -76,14 +76,14 @@ struct ClusterCommandTests {
     /// while the store recorded all of it. The job is refused and nothing runs.
     @Test(.timeLimit(.minutes(2)))
     func aCommandWithANULFromTheInboxIsRefusedAndNothingRuns() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let scratch = Demo.scratch()
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let submitted = try await Demo.sh("\"$DEMO\" submit --postgres '\(database)' hello -- true")
         #expect(submitted.status == 0, "\(submitted.output)")
         let payload =
             #"{"submit":{"_0":{"name":"nul","command":"touch \#(scratch)/A\u0000; touch \#(scratch)/B","retries":0}}}"#
-        _ = try TemporaryPostgres.psql(
+        _ = try await TemporaryPostgres.psql(
             database,
             sql: "INSERT INTO effectloop.inbox (stream, payload) VALUES ('job-nul', convert_to('\(payload)', 'UTF8'))"
         )

@@ -1,6 +1,7 @@
 import Foundation
 import LoopDemo
 import LoopRuntime
+import LoopTesting
 import Testing
 
 #if canImport(Glibc)
@@ -33,6 +34,25 @@ import Glibc
         await #expect(throws: CancellationError.self) { try await run.value }
         await waitUntil { isGone(child) }
         #expect(isGone(child))
+    }
+
+    /// The shell reaps what its own commands left behind, and nothing else: a child this process
+    /// started some other way (a test's server, a cluster node) keeps its exit status for whoever
+    /// waits for it. The shell once reaped every exited child, and a cluster test beside the demo's
+    /// tests found its node's status gone (`ECHILD`).
+    @Test func aChildTheShellDidNotStartKeepsItsExitStatusForItsOwner() async throws {
+        var failure: Int32 = 0
+        let pid = try #require(
+            ChildProcess.spawn("/bin/sh", ["/bin/sh", "-c", "exit 7"], output: .discarded, failure: &failure)
+        )
+        await waitUntil("the child has exited and is not yet reaped") {
+            Demo.read("/proc/\(pid)/stat").split(separator: ")").last?.split(separator: " ").first == "Z"
+        }
+        let (status, _, _) = try await shell.run("true")
+        #expect(status == 0)
+        var exit: Int32 = 0
+        #expect(waitpid(pid, &exit, WNOHANG) == pid)
+        #expect((exit >> 8) & 0xff == 7)
     }
 
     /// A job's output pipe used to leak into jobs started at the same time, so a quick job stayed

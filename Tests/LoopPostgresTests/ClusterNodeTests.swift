@@ -95,17 +95,17 @@ struct ClusterNodeTests {
         Issue.record("timed out waiting for \(what)")
     }
 
-    static func query(_ database: String, _ sql: String) throws -> String {
-        try TemporaryPostgres.psql(database, sql: sql).filter { !$0.isWhitespace }
+    static func query(_ database: String, _ sql: String) async throws -> String {
+        try await TemporaryPostgres.psql(database, sql: sql).filter { !$0.isWhitespace }
     }
 
     /// Every inbox row became exactly one event: as many events as were sent, each inbox id once, and
     /// every stream's versions 1...n without a gap.
-    static func expectExactlyOnce(_ database: String, sent: Int) throws {
-        #expect(try query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
-        #expect(try query(database, "SELECT count(*) FROM effectloop.events") == "\(sent)")
-        #expect(try query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(sent)")
-        let gaps = try query(
+    static func expectExactlyOnce(_ database: String, sent: Int) async throws {
+        #expect(try await query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
+        #expect(try await query(database, "SELECT count(*) FROM effectloop.events") == "\(sent)")
+        #expect(try await query(database, "SELECT count(DISTINCT inbox_id) FROM effectloop.events") == "\(sent)")
+        let gaps = try await query(
             database,
             "SELECT count(*) FROM (SELECT stream, max(version) AS top, count(*) AS n FROM effectloop.events GROUP BY stream) s WHERE top <> n"
         )
@@ -113,23 +113,23 @@ struct ClusterNodeTests {
     }
 
     @Test func aNodeProcessesEveryInboxRowExactlyOnce() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let node = try await Counter.node(database, "solo")
         let running = Task { try await node.run() }
         try await Self.send(1_000, over: 100, to: database)
         try await Self.eventually("the inbox to drain") {
-            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+            try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
         }
         #expect(node.ownedShards.count == 64)
         #expect((0..<100).map { node.state(of: "entity-\($0)") ?? 0 }.reduce(0, +) == 1_000)
         node.stop()
         _ = try await running.value
-        try Self.expectExactlyOnce(database, sent: 1_000)
-        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.nodes") == "0")
+        try await Self.expectExactlyOnce(database, sent: 1_000)
+        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.nodes") == "0")
     }
 
     @Test func twoNodesSplitTheShardsAndAThirdTakesItsShare() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let (a, b) = (try await Counter.node(database, "a"), try await Counter.node(database, "b"))
         let runningA = Task { try await a.run() }
         let runningB = Task { try await b.run() }
@@ -148,15 +148,15 @@ struct ClusterNodeTests {
         }
         try await Self.send(600, over: 60, to: database)
         try await Self.eventually("the inbox to drain") {
-            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+            try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
         }
         for node in [a, b, c] { node.stop() }
         for running in [runningA, runningB, runningC] { _ = try await running.value }
-        try Self.expectExactlyOnce(database, sent: 1_200)
+        try await Self.expectExactlyOnce(database, sent: 1_200)
     }
 
     @Test func aNodeWhoseConnectionDiesJoinsAgainAndNothingIsLost() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let (a, b) = (try await Counter.node(database, "a"), try await Counter.node(database, "b"))
         let reports = Counter.Reports()
         let runningA = Task { try await a.run(report: reports.record) }
@@ -166,7 +166,7 @@ struct ClusterNodeTests {
         }
         try await Self.send(500, over: 50, to: database)
         // The connection holding node a's shard locks is cut, as if its machine died: the locks go with it.
-        try TemporaryPostgres.psql(
+        try await TemporaryPostgres.psql(
             database,
             sql: """
                 SELECT pg_terminate_backend(pid, 10000) FROM pg_locks
@@ -181,7 +181,7 @@ struct ClusterNodeTests {
             a.ownedShards.count + b.ownedShards.count == 64 && !a.ownedShards.isEmpty && !b.ownedShards.isEmpty
         }
         // Held by a's new lock session, as the database sees it.
-        let held = try Self.query(
+        let held = try await Self.query(
             database,
             """
             SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s ON s.pid = l.pid
@@ -190,7 +190,7 @@ struct ClusterNodeTests {
         )
         #expect(held == "\(a.ownedShards.count)" && held != "0")
         try await Self.eventually("the inbox to drain") {
-            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+            try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
         }
         guard case .connectionLost? = reports.all.first else {
             Issue.record("reported \(reports.all)")
@@ -199,16 +199,16 @@ struct ClusterNodeTests {
         for node in [a, b] { node.stop() }
         _ = try await runningA.value
         _ = try await runningB.value
-        try Self.expectExactlyOnce(database, sent: 1_000)
+        try await Self.expectExactlyOnce(database, sent: 1_000)
     }
 
     /// `pg_ctl restart -m fast` while two nodes process events: every session ends; both nodes connect
     /// again, take the shards back and process every event once; neither stops.
     @Test func aDatabaseRestartIsRiddenOutAndNothingIsLost() async throws {
         // A server of its own: a restart ends every session on it, other suites' too.
-        let server = try TemporaryPostgres(durable: false)
+        let server = try await TemporaryPostgres(durable: false)
         defer { server.stop() }
-        let database = try server.createDatabase()
+        let database = try await server.createDatabase()
         let (a, b) = (try await Counter.node(database, "a"), try await Counter.node(database, "b"))
         let runningA = Task { try await a.run() }
         let runningB = Task { try await b.run() }
@@ -217,13 +217,13 @@ struct ClusterNodeTests {
         }
         try await Self.send(1_000, over: 100, to: database)
         try await Self.eventually("some events to commit") {
-            (Int(try Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0) > 0
+            (Int(try await Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0) > 0
         }
-        try server.restart()
+        try await server.restart()
         try await Self.send(1_000, over: 100, to: database)
         try await Self.eventually("both to join again") { a.interruptions >= 1 && b.interruptions >= 1 }
         try await Self.eventually("the inbox to drain") {
-            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+            try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
         }
         try await Self.eventually("both to own shards again") {
             a.ownedShards.count + b.ownedShards.count == 64 && !a.ownedShards.isEmpty && !b.ownedShards.isEmpty
@@ -231,18 +231,18 @@ struct ClusterNodeTests {
         for node in [a, b] { node.stop() }
         _ = try await runningA.value
         _ = try await runningB.value
-        try Self.expectExactlyOnce(database, sent: 2_000)
+        try await Self.expectExactlyOnce(database, sent: 2_000)
     }
 
     /// A database that stays away longer than the outage limit: the node stops, saying so.
     @Test func aNodeGivesUpWhenTheDatabaseStaysAwayPastTheOutageLimit() async throws {
-        let server = try TemporaryPostgres(durable: false)
+        let server = try await TemporaryPostgres(durable: false)
         defer { server.stop() }
-        let database = try server.createDatabase()
+        let database = try await server.createDatabase()
         let node = try await Counter.node(database, "solo", outageLimit: .seconds(1))
         let running = Task { try await node.run() }
         try await Self.eventually("the node to own every shard") { node.ownedShards.count == 64 }
-        try server.shutDown()
+        try await server.shutDown()
         do {
             _ = try await running.value
             Issue.record("the node ran on without its database")
@@ -258,7 +258,7 @@ struct ClusterNodeTests {
     /// Remembered work: settled entities are released and unmarked; a node taking the shards recovers
     /// only the entities with work under way, not every stream the shards ever had.
     @Test func aTakerRecoversOnlyTheEntitiesWithWorkUnderWay() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let a = try await Chores.node(database, "a")
         let runningA = Task { try await a.run() }
         // Entity i gets 1 when i is odd (work under way), 2 when even (settled).
@@ -269,11 +269,11 @@ struct ClusterNodeTests {
         }
         await inbox.close()
         try await Self.eventually("the inbox to drain") {
-            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+            try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
         }
         let unsettled = (0..<50).map { "entity-\($0 * 2 + 1)" }.sorted()
         try await Self.eventually("the settled entities to be unmarked") {
-            try Self.query(database, "SELECT string_agg(stream, ',' ORDER BY stream) FROM effectloop.awake")
+            try await Self.query(database, "SELECT string_agg(stream, ',' ORDER BY stream) FROM effectloop.awake")
                 == unsettled.joined(separator: ",")
         }
         // Released from memory too.
@@ -301,12 +301,12 @@ struct ClusterNodeTests {
     /// An entity whose stream holds an event it cannot decode stops alone, reported; the node and the
     /// other entities go on, even when the failed entity's rows would fill every batch the node reads.
     @Test func anEntityThatCannotReadItsStreamIsReportedAndTheNodeGoesOn() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let node = try await Counter.node(database, "solo", batch: 5)
         let reports = Counter.Reports()
         let running = Task { try await node.run(report: reports.record) }
         try await Self.eventually("the node to own every shard") { node.ownedShards.count == 64 }
-        _ = try Self.query(
+        _ = try await Self.query(
             database,
             "INSERT INTO effectloop.events (stream, version, payload) VALUES ('entity-bad', 1, '\\x0102'::bytea)"
         )
@@ -315,7 +315,7 @@ struct ClusterNodeTests {
         await inbox.close()
         try await Self.send(10, over: 2, to: database)
         try await Self.eventually("the others' events to commit") {
-            try Self.query(database, "SELECT count(*) FROM effectloop.events") == "11"
+            try await Self.query(database, "SELECT count(*) FROM effectloop.events") == "11"
         }
         try await Self.eventually("the failure to be reported") { !reports.all.isEmpty }
         guard case .entityFailed(let stream, _)? = reports.all.first else {
@@ -325,16 +325,18 @@ struct ClusterNodeTests {
         #expect(stream == "entity-bad")
         #expect(node.interruptions == 0)
         // Its rows stay in the inbox meanwhile.
-        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.inbox WHERE stream = 'entity-bad'") == "10")
+        #expect(
+            try await Self.query(database, "SELECT count(*) FROM effectloop.inbox WHERE stream = 'entity-bad'") == "10"
+        )
         // The record is fixed (an event the program reads): the entity is tried again and goes on.
         let event = try InboxedCodec(JSONCodec<Counter.Event>()).encode(Inboxed(inbox: nil, event: .add(1)))
         let hex = event.map { String($0, radix: 16) }.map { $0.count == 1 ? "0" + $0 : $0 }.joined()
-        _ = try Self.query(
+        _ = try await Self.query(
             database,
             "UPDATE effectloop.events SET payload = '\\x\(hex)'::bytea WHERE stream = 'entity-bad'"
         )
         try await Self.eventually("the entity to be tried again and take its rows") {
-            try Self.query(database, "SELECT count(*) FROM effectloop.events WHERE stream = 'entity-bad'") == "11"
+            try await Self.query(database, "SELECT count(*) FROM effectloop.events WHERE stream = 'entity-bad'") == "11"
         }
         #expect(node.state(of: "entity-bad") == 11)
         node.stop()
@@ -351,7 +353,7 @@ struct ClusterNodeTests {
     /// and another took the shard, they are fenced and write nothing, while streams of shards it holds
     /// commit in the same batch.
     @Test func appendsForAShardTheNodeNoLongerHoldsAreFencedAndWriteNothing() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let store = try await PostgresEventStore(connecting: database, schema: "effectloop", inboxOf: nil)
         let holder = try PostgresConnection(database)
         let taker = try PostgresConnection(database)
@@ -388,20 +390,20 @@ struct ClusterNodeTests {
     /// A row inserted the way `Docs/Cluster.md` shows, with a name PostgreSQL cannot index: once it
     /// stopped every node in turn; now it goes to the dead letters and the node goes on.
     @Test func aRowWithANameTheStoreCannotIndexIsDeadLetteredAndTheNodeGoesOn() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let node = try await Counter.node(database, "solo")
         let running = Task { try await node.run() }
         let payload = String(decoding: try JSONCodec<Counter.Event>().encode(.add(1)), as: UTF8.self)
-        _ = try TemporaryPostgres.psql(
+        _ = try await TemporaryPostgres.psql(
             database,
             sql:
                 "INSERT INTO effectloop.inbox (stream, payload) VALUES (repeat('x', 3000), convert_to('\(payload)', 'UTF8'))"
         )
         try await Self.send(10, over: 2, to: database)
         try await Self.eventually("the inbox to drain") {
-            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+            try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
         }
-        let reason = try TemporaryPostgres.psql(database, sql: "SELECT reason FROM effectloop.inbox_dead")
+        let reason = try await TemporaryPostgres.psql(database, sql: "SELECT reason FROM effectloop.inbox_dead")
         #expect(reason.contains("a stream name of 3000 bytes, past the limit of 1024"), "\(reason)")
         #expect((node.state(of: "entity-0") ?? 0) + (node.state(of: "entity-1") ?? 0) == 10)
         // The library refuses such a name at the door too.
@@ -416,7 +418,7 @@ struct ClusterNodeTests {
     }
 
     @Test func aRowThatDoesNotDecodeGoesToTheDeadLettersAndTheRestIsProcessed() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let node = try await Counter.node(database, "solo")
         let running = Task { try await node.run() }
         let inbox = try await PostgresInbox(connecting: database)
@@ -424,9 +426,9 @@ struct ClusterNodeTests {
         await inbox.close()
         try await Self.send(10, over: 2, to: database)
         try await Self.eventually("the inbox to drain") {
-            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+            try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
         }
-        #expect(try Self.query(database, "SELECT stream FROM effectloop.inbox_dead") == "entity-1")
+        #expect(try await Self.query(database, "SELECT stream FROM effectloop.inbox_dead") == "entity-1")
         #expect(node.counts.dead == 1)
         #expect((node.state(of: "entity-0") ?? 0) + (node.state(of: "entity-1") ?? 0) == 10)
         node.stop()
@@ -467,7 +469,7 @@ struct ClusterNodeTests {
     enum Hang: Sendable { case hang }
 
     @Test func aCancelledNodeLeavesAtOnceAndCancelsItsEntitiesEffects() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let (started, begun) = AsyncStream.makeStream(of: Void.self)
         let node = try await Self.hanging(database, started: begun)
         // Through the protocol a service framework uses.
@@ -484,12 +486,12 @@ struct ClusterNodeTests {
         #expect(report.effectsStarted == 1)
         #expect(report.effectsCompleted == 0)
         #expect(node.ownedShards.isEmpty)
-        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.nodes") == "0")
-        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.events") == "1")
+        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.nodes") == "0")
+        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.events") == "1")
     }
 
     @Test func aGracefulStopGivesEffectsItsGracePeriodAndReportsTheDeadline() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let (started, begun) = AsyncStream.makeStream(of: Void.self)
         let node = try await Self.hanging(database, started: begun)
         let running = Task { try await node.run() }
@@ -500,16 +502,16 @@ struct ClusterNodeTests {
         let report = try await running.value
         #expect(report.ending == .deadlineExceeded)
         #expect(report.effectsAbandoned + report.effectsCancelled == 1)
-        #expect(try Self.query(database, "SELECT count(*) FROM effectloop.nodes") == "0")
+        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.nodes") == "0")
     }
 
     @Test func aNodeWithNothingInFlightDrainsOnAGracefulStop() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let node = try await Counter.node(database, "solo")
         let running = Task { try await node.run() }
         try await Self.send(10, over: 2, to: database)
         try await Self.eventually("the inbox to drain") {
-            try Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+            try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
         }
         node.stop(gracePeriod: .seconds(60))
         let report = try await running.value

@@ -7,7 +7,7 @@ import Testing
 @Suite("PostgresEventStore", .serialized)
 struct PostgresEventStoreTests {
     @Test func passesTheConformanceSuite() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let counter = Locked(0)
         let stores = Locked<[PostgresEventStore]>([])
         let failures = await EventStoreConformance(scale: 100_000) {
@@ -47,7 +47,7 @@ struct PostgresHostileTests {
     }
 
     @Test func aSchemaNameThatIsNotAnIdentifierIsRefused() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         for name in ["", "1abc", "a;DROP TABLE x", "Upper", String(repeating: "a", count: 64)] {
             await #expect(
                 throws: EventStoreError(.invalid(reason: "schema name '\(name)' is not a plain SQL identifier"))
@@ -58,23 +58,23 @@ struct PostgresHostileTests {
     }
 
     @Test func aSchemaNewerThanTheLibraryIsRefusedAndLeftAsItIs() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let store = try await PostgresEventStore(connecting: database, schema: "future")
         _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
         await store.close()
-        try TemporaryPostgres.psql(database, sql: "UPDATE future.effectloop_meta SET value = 99")
+        try await TemporaryPostgres.psql(database, sql: "UPDATE future.effectloop_meta SET value = 99")
         do {
             _ = try await PostgresEventStore(connecting: database, schema: "future")
             Issue.record("a store opened a schema at version 99")
         } catch let error as EventStoreError {
             #expect("\(error)".contains("version 99"))
         }
-        let rows = try TemporaryPostgres.psql(database, sql: "SELECT count(*) FROM future.events")
+        let rows = try await TemporaryPostgres.psql(database, sql: "SELECT count(*) FROM future.events")
         #expect(rows.filter { !$0.isWhitespace } == "1")
     }
 
     @Test func twoStoresOnOneSchemaNeverBothWinTheSameVersion() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let first = try await PostgresEventStore(connecting: database, schema: "shared")
         let second = try await PostgresEventStore(connecting: database, schema: "shared")
         for round in 0..<20 {
@@ -99,7 +99,7 @@ struct PostgresHostileTests {
     }
 
     @Test func appendsFromManyLoopsShareTransactions() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let store = try await PostgresEventStore(connecting: database)
         let before = store.transactions
         // The writer is held while the appends queue, as it is while a transaction commits.
@@ -118,11 +118,11 @@ struct PostgresHostileTests {
     }
 
     @Test func aConnectionTheServerDropsFailsClearlyAndTheNextAppendReconnects() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let store = try await PostgresEventStore(connecting: database)
         _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
         let name = database.split(separator: " ").first { $0.hasPrefix("dbname=") }?.dropFirst(7) ?? ""
-        try TemporaryPostgres.psql(
+        try await TemporaryPostgres.psql(
             database,
             sql:
                 "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = '\(name)' AND pid <> pg_backend_pid()"
@@ -143,7 +143,7 @@ struct PostgresHostileTests {
     }
 
     @Test func aClosedStoreRefusesEverything() async throws {
-        let store = try await PostgresEventStore(connecting: try TemporaryPostgres.shared().createDatabase())
+        let store = try await PostgresEventStore(connecting: try await TemporaryPostgres.shared().createDatabase())
         await store.close()
         await #expect(throws: EventStoreError(.unavailable(reason: "the store is closed"), stream: "s")) {
             try await store.append([Self.payload(1)], to: "s", expecting: 0)
@@ -157,7 +157,7 @@ struct PostgresHostileTests {
 @Suite("PostgresEventStore, what the server would refuse")
 struct PostgresRefusalTests {
     @Test func aStreamNameWithANULFailsAloneNotItsBatch() async throws {
-        let store = try await PostgresEventStore(connecting: try TemporaryPostgres.shared().createDatabase())
+        let store = try await PostgresEventStore(connecting: try await TemporaryPostgres.shared().createDatabase())
         let release = store.holdWriter()
         async let good = store.append([[1]], to: "good", expecting: 0)
         async let bad = PostgresHostileTests.outcome { try await store.append([[2]], to: "bad\u{0}name", expecting: 0) }
@@ -177,7 +177,7 @@ struct PostgresRefusalTests {
     }
 
     @Test func canonicallyEquivalentNamesAreTwoStreamsAsPostgreSQLSeesThem() async throws {
-        let store = try await PostgresEventStore(connecting: try TemporaryPostgres.shared().createDatabase())
+        let store = try await PostgresEventStore(connecting: try await TemporaryPostgres.shared().createDatabase())
         let (composed, decomposed) = ("caf\u{E9}", "cafe\u{301}")
         let release = store.holdWriter()
         async let first = store.append([[1]], to: composed, expecting: 0)
@@ -194,7 +194,7 @@ struct PostgresRefusalTests {
 @Suite("PostgresEventStore, retention")
 struct PostgresRetentionTests {
     @Test func retentionKeepsTheEventsAfterTheLatestSnapshotsAndDeletesTheRestInBatches() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let store = try await PostgresEventStore(connecting: database, retention: .afterSnapshots(2))
         var version: UInt64 = 0
         for round in 1...3 {
@@ -210,7 +210,7 @@ struct PostgresRetentionTests {
         #expect(kept.map(\.version) == Array(24_001...36_000))
         #expect(kept.last?.payload == Array("e3-11999".utf8))
         await #expect(throws: EventStoreError.self) { try await store.read("hot", after: 23_999, limit: 10) }
-        let rows = try TemporaryPostgres.psql(
+        let rows = try await TemporaryPostgres.psql(
             database,
             sql: "SELECT (SELECT count(*) FROM effectloop.events), (SELECT count(*) FROM effectloop.snapshots)"
         )

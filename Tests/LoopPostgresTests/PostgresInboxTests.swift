@@ -6,31 +6,31 @@ import Testing
 @Suite("PostgresInbox")
 struct PostgresInboxTests {
     @Test func rowsFromSwiftAndFromPsqlLandInTheSameShardForTheSameStream() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let inbox = try await PostgresInbox(connecting: database)
         let first = try await inbox.send(Array("one".utf8), to: "order-17")
         let second = try await inbox.send(Array("two".utf8), to: "order-17")
         #expect(second > first)
-        try TemporaryPostgres.psql(
+        try await TemporaryPostgres.psql(
             database,
             sql: "INSERT INTO effectloop.inbox (stream, payload) VALUES ('order-17', convert_to('three', 'UTF8'))"
         )
         #expect(try await inbox.waiting() == 3)
-        let shards = try TemporaryPostgres.psql(
+        let shards = try await TemporaryPostgres.psql(
             database,
             sql: "SELECT DISTINCT shard FROM effectloop.inbox WHERE stream = 'order-17'"
         )
         let shard = Int(shards.filter { !$0.isWhitespace })
         #expect(shard != nil && (0..<64).contains(shard ?? -1), "shards: \(shards)")
-        let computed = try TemporaryPostgres.psql(database, sql: "SELECT effectloop.shard_of('order-17', 64)")
+        let computed = try await TemporaryPostgres.psql(database, sql: "SELECT effectloop.shard_of('order-17', 64)")
         #expect(Int(computed.filter { !$0.isWhitespace }) == shard)
         await inbox.close()
     }
 
     @Test func streamsSpreadOverTheShards() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let inbox = try await PostgresInbox(connecting: database)
-        let used = try TemporaryPostgres.psql(
+        let used = try await TemporaryPostgres.psql(
             database,
             sql: "SELECT count(DISTINCT effectloop.shard_of('entity-' || n, 64)) FROM generate_series(1, 10000) n"
         )
@@ -39,10 +39,10 @@ struct PostgresInboxTests {
     }
 
     @Test func theStoreAndTheInboxShareOneSchemaAtItsLatestVersion() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let store = try await PostgresEventStore(connecting: database)
         let inbox = try await PostgresInbox(connecting: database)
-        let version = try TemporaryPostgres.psql(
+        let version = try await TemporaryPostgres.psql(
             database,
             sql: "SELECT value FROM effectloop.effectloop_meta WHERE key = 'schema_version'"
         )
@@ -56,7 +56,7 @@ struct PostgresInboxTests {
 @Suite("PostgresEventStore consuming the inbox")
 struct InboxConsumptionTests {
     @Test func anEventTakesItsInboxRowAndARepeatOfItConflicts() async throws {
-        let database = try TemporaryPostgres.shared().createDatabase()
+        let database = try await TemporaryPostgres.shared().createDatabase()
         let inbox = try await PostgresInbox(connecting: database)
         let id = try await inbox.send(Array("add".utf8), to: "s")
         let store = try await PostgresEventStore(
