@@ -6,7 +6,7 @@ SOURCES := Package.swift Sources Tests Docs/Integrations/Package.swift Docs/Inte
 deps_note := PostgreSQL (server and libpq-dev) is needed by LoopPostgres and its tests
 # The nested package of adapters to the server-side Swift stack (Docs/Integrations), in its own scratch folder.
 INTEGRATIONS := --package-path Docs/Integrations --scratch-path .build-integrations
-.PHONY: deps integrations demo-cluster build test test-tsan test-asan lint format bench bench-quick bench-locks demo docs docs-check
+.PHONY: deps integrations integrations-bench demo-cluster build test test-tsan test-asan lint format bench bench-quick bench-locks demo docs docs-check
 
 # libpq-dev (to build LoopPostgres) and the PostgreSQL server (its tests start a throwaway one), from apt
 # when missing; as root directly, otherwise through sudo. Without either, install them yourself, or point
@@ -15,6 +15,8 @@ deps: ; @pkg-config --exists libpq && ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/
 build: deps ; swift build $(STRICT)
 test: deps ; swift test $(STRICT)
 integrations: deps ; swift build $(STRICT) $(INTEGRATIONS) && swift test $(STRICT) $(INTEGRATIONS)
+# The example HTTP service under wrk (installed from apt when missing): one JSON line per workload.
+integrations-bench: deps ; @command -v wrk >/dev/null || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); $$S apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -qq wrk >/dev/null; }; bash Docs/Integrations/Benchmarks/bench.sh
 test-tsan: deps ; EFFECTLOOP_SANITIZED=1 TSAN_OPTIONS=halt_on_error=1 swift test $(STRICT) --sanitize=thread --scratch-path .build-tsan
 # The scenario fails two jobs on purpose, so loop-demo exits 1 ("some job failed"): that is success here.
 demo: deps ; swift run -c release loop-demo || [ $$? -eq 1 ]

@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "LoopLogging", targets: ["LoopLogging"]),
         .library(name: "LoopMetrics", targets: ["LoopMetrics"]),
         .library(name: "LoopTracing", targets: ["LoopTracing"]),
+        .executable(name: "accounts-service", targets: ["accounts-service"]),
     ],
     dependencies: [
         .package(name: "EffectLoop", path: "../.."),
@@ -19,8 +20,51 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.5.0"),
         .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.1.0"),
+        // The example service. No traits: Hummingbird's configuration support is not needed here.
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1", traits: []),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.0.0"),
     ],
     targets: [
+        // The example service: accounts as durable entities behind an HTTP JSON API (see its README).
+        .target(
+            name: "AccountsService",
+            dependencies: [
+                .product(name: "LoopCore", package: "EffectLoop"),
+                .product(name: "EffectHandlers", package: "EffectLoop"),
+                .product(name: "LoopRuntime", package: "EffectLoop"),
+                .product(name: "LoopPersistence", package: "EffectLoop"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+            ]
+        ),
+        .executableTarget(
+            name: "accounts-service",
+            dependencies: [
+                "AccountsService", "LoopServiceLifecycle", "LoopLogging", "LoopMetrics",
+                .product(name: "LoopRuntime", package: "EffectLoop"),
+                .product(name: "LoopPersistence", package: "EffectLoop"),
+                .product(name: "LoopPostgres", package: "EffectLoop"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .testTarget(
+            name: "AccountsServiceTests",
+            dependencies: [
+                "AccountsService", "accounts-service",
+                .product(name: "LoopCore", package: "EffectLoop"),
+                .product(name: "LoopRuntime", package: "EffectLoop"),
+                .product(name: "LoopPersistence", package: "EffectLoop"),
+            ]
+        ),
         .target(
             name: "LoopServiceLifecycle",
             dependencies: [

@@ -68,13 +68,21 @@ final class Card: Sendable {
     }
 }
 
-/// Waits until `condition` holds, yielding between checks; fails the test if it never does.
+/// Waits until `condition` holds, looking again after each yield and then each millisecond; fails the
+/// test if it never does within five minutes (a net against a hang, not a timing).
 func eventually(_ what: String, _ condition: () -> Bool) async {
-    for _ in 0..<1_000_000 {
-        if condition() { return }
-        await Task.yield()
+    let limit = ContinuousClock.now + .seconds(300)
+    var looks = 0
+    while !condition() {
+        guard ContinuousClock.now < limit else {
+            Issue.record("never happened: \(what)")
+            return
+        }
+        looks += 1
+        // A few quick looks, then one a millisecond: a test spinning on one of the concurrency pool's
+        // two threads slows every other test of the process (under TSAN, past their time limits).
+        if looks < 64 { await Task.yield() } else { try? await Task.sleep(for: .milliseconds(1)) }
     }
-    Issue.record("never happened: \(what)")
 }
 
 @Suite struct DurableLoopTests {

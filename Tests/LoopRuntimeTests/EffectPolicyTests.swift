@@ -189,19 +189,23 @@ import Testing
     }
 }
 
-/// Waits until `condition` holds, yielding between checks; fails the test rather than hang if it never
-/// does within a generous safety limit.
+/// Waits until `condition` holds, looking again after each yield and then each millisecond; fails the
+/// test rather than hang if it never does within a generous safety limit.
 func waitUntil(
     _ description: String = "condition",
     sourceLocation: SourceLocation = #_sourceLocation,
     _ condition: () -> Bool
 ) async {
     let limit = ContinuousClock.now + .seconds(300)
+    var looks = 0
     while !condition() {
         guard ContinuousClock.now < limit else {
             Issue.record("timed out waiting for \(description)", sourceLocation: sourceLocation)
             return
         }
-        await Task.yield()
+        looks += 1
+        // A few quick looks, then one a millisecond: a test spinning on one of the concurrency pool's
+        // two threads slows every other test of the process (under TSAN, past their time limits).
+        if looks < 64 { await Task.yield() } else { try? await Task.sleep(for: .milliseconds(1)) }
     }
 }

@@ -1,0 +1,123 @@
+internal import AccountsService
+internal import Foundation
+internal import Hummingbird
+internal import Logging
+internal import LoopLogging
+internal import LoopMetrics
+internal import LoopPersistence
+internal import LoopPostgres
+internal import LoopRuntime
+internal import LoopServiceLifecycle
+internal import Metrics
+internal import Prometheus
+internal import ServiceLifecycle
+internal import UnixSignals
+
+/// `accounts-service [--port N] [--host ADDRESS] [--store DIR | --postgres CONNINFO | --memory]`
+///
+/// Serves the accounts API until SIGTERM or SIGINT, then stops gracefully: the HTTP server finishes
+/// the requests it has, the accounts record what they took, the store closes, and the accounts'
+/// report is logged; exit status 0. It prints `listening on HOST:PORT` once it accepts connections.
+struct Options {
+    var host = "127.0.0.1"
+    var port = 8080
+    var store = "accounts-data"
+    var postgres: String?
+    var memory = false
+
+    static let usage =
+        "usage: accounts-service [--port N] [--host ADDRESS] [--store DIR | --postgres CONNINFO | --memory]"
+
+    init(_ arguments: [String]) throws(UsageError) {
+        var rest = arguments[...]
+        while let argument = rest.popFirst() {
+            switch argument {
+            case "--memory": memory = true
+            case "--port", "--host", "--store", "--postgres":
+                guard let value = rest.popFirst() else { throw UsageError("\(argument) needs a value") }
+                switch argument {
+                case "--port":
+                    guard let port = Int(value), (0...65_535).contains(port) else {
+                        throw UsageError("--port takes a number from 0 to 65535")
+                    }
+                    self.port = port
+                case "--host": host = value
+                case "--store": store = value
+                default: postgres = value
+                }
+            default: throw UsageError("unknown argument \(argument)")
+            }
+        }
+    }
+}
+
+struct UsageError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+func serve(_ options: Options) async throws {
+    var logger = Logger(label: "accounts-service")
+    logger.logLevel = .info
+    let registry = PrometheusCollectorRegistry()
+    let factory = PrometheusMetricsFactory(registry: registry)
+    MetricsSystem.bootstrap(factory)
+    let observer = MulticastLoopGroupObserver<String, Account.Event, Account.Effect>([
+        SwiftMetricsObserver<String, Account.Event, Account.Effect>(factory: factory),
+        LoggingObserver<String, Account.Event, Account.Effect>(logger: logger),
+    ])
+    let accounts: any Accounts
+    var services: [any Service] = []
+    if options.memory {
+        let memory = MemoryAccounts(observer: observer)
+        services.append(RunnableService(memory.group, name: "accounts", logger: logger))
+        accounts = memory
+    } else {
+        let store: any EventStore
+        if let conninfo = options.postgres {
+            let postgres = try await PostgresEventStore(connecting: conninfo)
+            services.append(ClosingService("postgres store") { await postgres.close() })
+            store = postgres
+        } else {
+            try FileManager.default.createDirectory(atPath: options.store, withIntermediateDirectories: true)
+            let file = try FileEventStore(directory: options.store)
+            services.append(ClosingService("file store") { await file.close() })
+            store = file
+        }
+        let durable = DurableAccounts(store: store, observer: observer)
+        services.append(RunnableService(durable.group, name: "accounts", logger: logger))
+        accounts = durable
+    }
+    let router = AccountsServer.router(accounts: accounts, metrics: registry)
+    let app = Application(
+        router: router,
+        configuration: ApplicationConfiguration(address: .hostname(options.host, port: options.port)),
+        onServerRunning: { channel in
+            let port = channel.localAddress?.port ?? options.port
+            FileHandle.standardOutput.write(Data("listening on \(options.host):\(port)\n".utf8))
+        },
+        logger: logger
+    )
+    // Shut down in reverse: the HTTP server first (it finishes the requests it has), then the
+    // accounts (they record what they took), then the store.
+    services.append(app)
+    let group = ServiceGroup(
+        configuration: ServiceGroupConfiguration(
+            services: services.map { .init(service: $0) },
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            cancellationSignals: [],
+            logger: logger
+        )
+    )
+    try await group.run()
+}
+
+do {
+    try await serve(try Options(Array(CommandLine.arguments.dropFirst())))
+} catch let error as UsageError {
+    FileHandle.standardError.write(Data("accounts-service: \(error)\n\(Options.usage)\n".utf8))
+    exit(64)
+} catch {
+    FileHandle.standardError.write(Data("accounts-service: \(error)\n".utf8))
+    exit(1)
+}

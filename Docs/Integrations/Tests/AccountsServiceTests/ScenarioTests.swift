@@ -1,0 +1,160 @@
+import Foundation
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The example service as a real process under load, with a real HTTP client: 8 clients, each
+/// depositing into its own account under a request id per deposit, retrying what got no answer
+/// (with the same id) until it is answered. Mid-load the service is killed with SIGKILL, or stopped
+/// with SIGTERM, and started again on the same store. At the end, every account holds exactly the sum
+/// of its deposits (none lost, none applied twice), and every answer a client got was the running sum
+/// at that deposit (so nothing it acknowledged was lost or repeated afterwards).
+@Suite(.serialized) struct ScenarioTests {
+    static let clients = 8
+    static let depositsPerClient = 100
+
+    /// What the clients share with the test: the port of the service now running (0: none), how many
+    /// deposits were answered, and every answer's balance.
+    final class Load: Sendable {
+        let port = Atomic<Int>(0)
+        let answered = Atomic<Int>(0)
+        let balances = Mutex<[Int: [Int]]>([:])
+        let problems = Mutex<[String]>([])
+    }
+
+    /// One client: deposits 1, 2, ..., n into its account, each under its own request id; a deposit
+    /// without an answer (the service is down, or answers 503) is sent again with the same id.
+    static func client(_ index: Int, _ load: Load) {
+        var balances: [Int] = []
+        for deposit in 1...depositsPerClient {
+            while true {
+                let port = load.port.load(ordering: .relaxed)
+                guard port > 0,
+                    let answer = HTTP.request(
+                        port: port,
+                        "POST",
+                        "/accounts/client-\(index)/deposit",
+                        headers: [("Idempotency-Key", "client-\(index)-deposit-\(deposit)")],
+                        body: Array(#"{"amount": \#(deposit)}"#.utf8)
+                    ),
+                    answer.status != 503
+                else {
+                    usleep(5_000)
+                    continue
+                }
+                guard answer.status == 200, let balance = answer.integer("balance") else {
+                    load.problems.withLock { $0.append("client \(index) deposit \(deposit): \(answer)") }
+                    return
+                }
+                balances.append(balance)
+                load.answered.add(1, ordering: .relaxed)
+                break
+            }
+        }
+        load.balances.withLock { $0[index] = balances }
+    }
+
+    @Test(.timeLimit(.minutes(5)), arguments: [SIGKILL, SIGTERM])
+    func everyAcknowledgedDepositSurvivesAndNoneIsAppliedTwice(disruption: Int32) async throws {
+        let directory = NSTemporaryDirectory() + "accounts-scenario-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = directory + "/store"
+        let log = directory + "/service.log"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let load = Load()
+        var service = try ServiceProcess(["--store", store], log: log)
+        load.port.store(
+            try #require(await service.port(), "the service did not start: \(service.output)"),
+            ordering: .relaxed
+        )
+
+        let clients = Task { await onThreads(Self.clients) { Self.client($0, load) } }
+        let total = Self.clients * Self.depositsPerClient
+        while load.answered.load(ordering: .relaxed) < total / 3 { try await Task.sleep(for: .milliseconds(5)) }
+        load.port.store(0, ordering: .relaxed)
+        service.signal(disruption)
+        let status = try await service.exitStatus()
+        if disruption == SIGTERM {
+            // A graceful stop: exit 0 and the accounts' report, drained.
+            #expect(status == 0, "\(service.output)")
+            #expect(service.output.contains("effectloop part stopped"), "\(service.output)")
+            #expect(service.output.contains("effectloop.ending=drained"), "\(service.output)")
+        } else {
+            #expect(status == 128 + SIGKILL)
+        }
+        #expect(load.answered.load(ordering: .relaxed) < total, "the load ended before the disruption")
+
+        service = try ServiceProcess(["--store", store], log: log)
+        load.port.store(
+            try #require(await service.port(), "the service did not restart: \(service.output)"),
+            ordering: .relaxed
+        )
+        await clients.value
+        #expect(load.problems.withLock { $0 }.isEmpty, "\(load.problems.withLock { $0 })")
+
+        let runningSums = (1...Self.depositsPerClient).map { $0 * ($0 + 1) / 2 }
+        let port = load.port.load(ordering: .relaxed)
+        for index in 0..<Self.clients {
+            #expect(load.balances.withLock { $0[index] } == runningSums, "client \(index)'s answers")
+            let account = HTTP.request(port: port, "GET", "/accounts/client-\(index)")
+            #expect(account?.integer("balance") == runningSums.last, "client \(index)'s account")
+            // A retry of an answered deposit gets its recorded answer and applies nothing.
+            let retry = HTTP.request(
+                port: port,
+                "POST",
+                "/accounts/client-\(index)/deposit",
+                headers: [("Idempotency-Key", "client-\(index)-deposit-1")],
+                body: Array(#"{"amount": 1}"#.utf8)
+            )
+            #expect(retry?.status == 200 && retry?.integer("balance") == 1, "\(String(describing: retry))")
+        }
+        let after = HTTP.request(port: port, "GET", "/accounts/client-0")
+        #expect(after?.integer("balance") == runningSums.last)
+        service.signal(SIGTERM)
+        #expect(try await service.exitStatus() == 0)
+    }
+
+    /// Bad input over real HTTP: each gets its 4xx, and none records anything.
+    @Test(.timeLimit(.minutes(2))) func badInputGets4xxAndRecordsNothing() async throws {
+        let directory = NSTemporaryDirectory() + "accounts-bad-input-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let service = try ServiceProcess(["--store", directory + "/store"], log: directory + "/service.log")
+        let port = try #require(await service.port(), "the service did not start: \(service.output)")
+        let deposit = "/accounts/alice/deposit"
+        let cases: [(String, String, [(String, String)], [UInt8]?, Int)] = [
+            (
+                "POST", deposit, [], Array(repeating: UInt8(ascii: " "), count: 5_000) + Array(#"{"amount":1}"#.utf8),
+                413
+            ),
+            ("POST", deposit, [], Array("not json".utf8), 400),
+            ("POST", deposit, [], [0x7B, 0xFF, 0x7D], 400),
+            ("POST", deposit, [], Array(#"{"amount": 99999999999999999999999}"#.utf8), 400),
+            ("POST", deposit, [], Array(#"{"amount": 0}"#.utf8), 422),
+            (
+                "POST", deposit, [("Idempotency-Key", String(repeating: "k", count: 300))],
+                Array(#"{"amount":1}"#.utf8), 400
+            ),
+            ("POST", "/accounts/..%2Fetc/deposit", [], Array(#"{"amount":1}"#.utf8), 400),
+            ("POST", "/accounts/al%20ice/deposit", [], Array(#"{"amount":1}"#.utf8), 400),
+            ("POST", "/accounts/alice/withdraw", [], Array(#"{"amount":1}"#.utf8), 409),
+        ]
+        for (method, path, headers, body, expected) in cases {
+            let answer = await Task.detached { HTTP.request(port: port, method, path, headers: headers, body: body) }
+                .value
+            #expect(
+                answer?.status == expected,
+                "\(method) \(path) \(body.map { $0.count } ?? 0) bytes: \(String(describing: answer))"
+            )
+        }
+        let account = HTTP.request(port: port, "GET", "/accounts/alice")
+        #expect(account?.status == 200 && account?.integer("balance") == 0, "\(String(describing: account))")
+        let metrics = HTTP.request(port: port, "GET", "/metrics")
+        #expect(metrics?.status == 200 && metrics?.body.contains("effectloop") == true)
+        service.signal(SIGTERM)
+        #expect(try await service.exitStatus() == 0)
+    }
+}
