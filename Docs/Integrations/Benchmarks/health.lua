@@ -1,4 +1,5 @@
 -- wrk script: GET /health (touches no account: the HTTP floor). Prints what deposit.lua prints.
+wrk.path = "/health"
 function done(summary, latency, requests)
     local seconds = summary.duration / 1e6
     local failed = summary.errors.status + summary.errors.connect + summary.errors.read

@@ -31,18 +31,9 @@ public final class SwiftMetricsObserver<ID: Hashable & Sendable, Event: Sendable
 {
     private let factory: any MetricsFactory
     private let extra: [(String, String)]
-    private let cache = Mutex(Cache())
-
-    private struct Cache {
-        var counters: [Key: Counter] = [:]
-        var timers: [Key: Metrics.Timer] = [:]
-        var gauges: [Key: Gauge] = [:]
-    }
-
-    private struct Key: Hashable {
-        var name: String
-        var dimensions: [String]
-    }
+    private let counters = MetricTable<Counter>()
+    private let timers = MetricTable<Metrics.Timer>()
+    private let gauges = MetricTable<Gauge>()
 
     /// Creates an observer reporting to `factory` (by default the one `MetricsSystem` was bootstrapped
     /// with); `dimensions` are added to every series (a loop's name, say).
@@ -102,36 +93,20 @@ public final class SwiftMetricsObserver<ID: Hashable & Sendable, Event: Sendable
 
     /// The counter for `name` with `dimensions` (name, value, name, value, ...), made once.
     private func counter(_ name: String, _ dimensions: [String]) -> Counter {
-        cached(Key(name: name, dimensions: dimensions), in: \.counters) {
+        counters.metric(MetricKey(name: name, dimensions: dimensions)) {
             Counter(label: name, dimensions: pairs(dimensions), factory: factory)
         }
     }
 
     private func timer(_ name: String, _ dimensions: [String]) -> Metrics.Timer {
-        cached(Key(name: name, dimensions: dimensions), in: \.timers) {
+        timers.metric(MetricKey(name: name, dimensions: dimensions)) {
             Metrics.Timer(label: name, dimensions: pairs(dimensions), preferredDisplayUnit: .seconds, factory: factory)
         }
     }
 
     private func inboxDepth() -> Gauge {
-        cached(Key(name: "effectloop_inbox_depth", dimensions: []), in: \.gauges) {
+        gauges.metric(MetricKey(name: "effectloop_inbox_depth", dimensions: [])) {
             Gauge(label: "effectloop_inbox_depth", dimensions: extra, factory: factory)
-        }
-    }
-
-    /// The metric kept under `key`, or the one `make` makes (outside the lock), kept unless another
-    /// thread kept one first.
-    private func cached<Metric: Sendable>(
-        _ key: Key,
-        in table: any WritableKeyPath<Cache, [Key: Metric]> & Sendable,
-        make: () -> Metric
-    ) -> Metric {
-        if let found = cache.withLock({ $0[keyPath: table][key] }) { return found }
-        let made = make()
-        return cache.withLock { cache in
-            if let found = cache[keyPath: table][key] { return found }
-            cache[keyPath: table][key] = made
-            return made
         }
     }
 
@@ -145,5 +120,30 @@ public final class SwiftMetricsObserver<ID: Hashable & Sendable, Event: Sendable
 
     private static func reason(_ rejection: Rejection) -> String {
         MetricsObserver<Event, Effect>.caseName(rejection)
+    }
+}
+
+/// A metric's name and dimensions (name, value, name, value, ...).
+private struct MetricKey: Hashable, Sendable {
+    var name: String
+    var dimensions: [String]
+}
+
+/// Metric objects of one kind, each made once per name and dimensions. (One table per kind, not a key
+/// path into one table of tables: a key path into a generic class's storage is built anew at each use,
+/// which cost the observer a quarter of a busy service's CPU.)
+private final class MetricTable<Metric: Sendable>: Sendable {
+    private let table = Mutex<[MetricKey: Metric]>([:])
+
+    /// The metric kept under `key`, or the one `make` makes (outside the lock), kept unless another
+    /// thread kept one first.
+    func metric(_ key: MetricKey, make: () -> Metric) -> Metric {
+        if let found = table.withLock({ $0[key] }) { return found }
+        let made = make()
+        return table.withLock { table in
+            if let found = table[key] { return found }
+            table[key] = made
+            return made
+        }
     }
 }
