@@ -60,6 +60,7 @@ let package = Package(
             name: "AccountsServiceTests",
             dependencies: [
                 "AccountsService", "accounts-service",
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "LoopCore", package: "EffectLoop"),
                 .product(name: "LoopRuntime", package: "EffectLoop"),
                 .product(name: "LoopPersistence", package: "EffectLoop"),

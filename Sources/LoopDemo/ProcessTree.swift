@@ -63,25 +63,27 @@ public enum ProcessTree {
         return unsafeBitCast(symbol, to: Prctl.self)(option, argument, 0, 0, 0) == 0
     }
 
-    /// Reaps this process's children that have exited, are not in `waited` (whose exits someone else
-    /// waits for), and belong to one of the process groups `groups` (the groups of the commands this
-    /// process started): processes those commands left behind, re-parented here, which would otherwise
-    /// stay zombies until the process exits. A child of any other group is left alone: it is someone
-    /// else's (a test's server, a process another library started), and reaping it would steal its
-    /// exit status from whoever waits for it. Groups nothing is left in are removed from `groups`.
-    public static func reapExited(inGroups groups: inout Set<Int32>, except waited: Set<Int32>) {
-        guard !groups.isEmpty else { return }
+    /// Whether this process is the "child subreaper" of its descendants (``becomeSubreaper()``).
+    public static func isSubreaper() -> Bool {
+        let getChildSubreaper: Int32 = 37
+        var flag: Int32 = 0
+        let asked = withUnsafeMutablePointer(to: &flag) { processControl(getChildSubreaper, UInt(bitPattern: $0)) }
+        return asked && flag != 0
+    }
+
+    /// Reaps this process's children that have exited and are not in `waited` (whose exits someone
+    /// else waits for): processes jobs left behind, re-parented here, which would otherwise stay
+    /// zombies until the process exits. Only in a subreaper (the demo): anywhere else orphans are
+    /// re-parented to PID 1, not here, and an exited child is someone else's (a test's server, a
+    /// process another library started), whose exit status reaping it would steal.
+    public static func reapExited(except waited: Set<Int32>) {
+        guard isSubreaper() else { return }
         let me = getpid()
-        var occupied: Set<pid_t> = []
-        for pid in pids() {
-            guard let found = status(of: pid) else { continue }
-            if found.parent == me, found.state == "Z", groups.contains(found.group), !waited.contains(pid) {
-                var exit: Int32 = 0
-                if waitpid(pid, &exit, WNOHANG) == pid { continue }
-            }
-            occupied.insert(found.group)
+        for pid in pids() where !waited.contains(pid) {
+            guard let found = status(of: pid), found.parent == me, found.state == "Z" else { continue }
+            var exit: Int32 = 0
+            _ = waitpid(pid, &exit, WNOHANG)
         }
-        groups.formIntersection(occupied)
     }
 
     /// The processes other than this one with a descriptor on one of the pipes `inodes` names.

@@ -86,12 +86,9 @@ private final class Child: Sendable {
 
     private let state = Locked<(process: Process?, outcome: Outcome)>((nil, .running))
 
-    /// What the commands started here leave for reaping: `waited` holds the commands running now,
-    /// whose exits their own threads wait for (what may not be reaped anywhere else); `groups` the
-    /// process groups of the commands started here that may still hold processes, where the zombies a
-    /// command left behind are looked for (and nowhere else: a child of this process in another group
-    /// is someone else's, a test's server or a process another library started).
-    private static let reaping = Locked<(waited: Set<pid_t>, groups: Set<pid_t>)>(([], []))
+    /// The commands running now, whose exits their own threads wait for: what may not be reaped
+    /// anywhere else.
+    private static let running = Locked(Set<pid_t>())
 
     /// Starts `words` on a thread of its own, which then reads the command's output and waits for its
     /// exit. The same thread does both: a guard asks to be signalled when the thread that started it
@@ -103,11 +100,9 @@ private final class Child: Sendable {
                 {
                     let process: Process
                     do {
-                        process = try reaping.withLock { reaping in
+                        process = try running.withLock { running in
                             let (pid, output, errors) = try spawn(words)
-                            reaping.waited.insert(pid)
-                            // The command leads a process group of its own (see `spawn`).
-                            reaping.groups.insert(pid)
+                            running.insert(pid)
                             return Process(
                                 pid: pid,
                                 output: output,
@@ -199,13 +194,13 @@ private final class Child: Sendable {
         var status: Int32 = 0
         var waited: pid_t = -1
         repeat { waited = waitpid(pid, &status, 0) } while waited < 0 && errno == EINTR
-        // Reaped elsewhere (it should not be: see `reaping`): say so rather than report success.
+        // Reaped elsewhere (it should not be: see `running`): say so rather than report success.
         let exit = waited < 0 ? 255 : (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
         // Now that this command is reaped, reap what earlier commands left behind; under the lock that
         // spawning takes, so a command started meanwhile is never reaped here.
-        reaping.withLock { reaping in
-            reaping.waited.remove(pid)
-            ProcessTree.reapExited(inGroups: &reaping.groups, except: reaping.waited)
+        running.withLock { running in
+            running.remove(pid)
+            ProcessTree.reapExited(except: running)
         }
         return (
             exit,

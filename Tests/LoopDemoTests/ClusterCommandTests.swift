@@ -19,7 +19,9 @@ struct ClusterCommandTests {
         #expect(unreachable.contains("/nonexistent-effectloop") && unreachable.hasSuffix("exit=73"))
     }
 
-    @Test(.timeLimit(.minutes(2)))
+    // A hang guard, not a timing: every test of the process starts at once on two threads, so a
+    // test needing milliseconds can wait minutes for the others (138 s seen under TSAN).
+    @Test(.timeLimit(.minutes(10)))
     func jobsSubmittedToTheClusterRunOnANodeAndAreListed() async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let script = """
@@ -42,9 +44,11 @@ struct ClusterCommandTests {
         #expect(output.hasSuffix("doomed failed after 1 attempt: exit status 3\nhello succeeded"))
     }
 
+    // A hang guard, not a timing: every test of the process starts at once on two threads, so a
+    // test needing milliseconds can wait minutes for the others (138 s seen under TSAN).
     /// Every job is an entity with its own limit: the node's `--limit` bounds the commands it runs at
     /// once. Each job marks itself running and counts the marks; no count may exceed the limit.
-    @Test(.timeLimit(.minutes(2)))
+    @Test(.timeLimit(.minutes(10)))
     func aNodeRunsAtMostItsLimitOfCommandsAtOnce() async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let scratch = Demo.scratch()
@@ -72,9 +76,11 @@ struct ClusterCommandTests {
         #expect(output.contains("--limit needs a number of at least 1, not '0'") && output.hasSuffix("zero=64"))
     }
 
+    // A hang guard, not a timing: every test of the process starts at once on two threads, so a
+    // test needing milliseconds can wait minutes for the others (138 s seen under TSAN).
     /// A row inserted with SQL whose command holds a NUL: the shell would run only what comes before it,
     /// while the store recorded all of it. The job is refused and nothing runs.
-    @Test(.timeLimit(.minutes(2)))
+    @Test(.timeLimit(.minutes(10)))
     func aCommandWithANULFromTheInboxIsRefusedAndNothingRuns() async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let scratch = Demo.scratch()

@@ -191,7 +191,9 @@ struct TimeLifecycleTests {
         #expect(report.effectsDropped == 1)
     }
 
-    @Test(.timeLimit(.minutes(3)))
+    // A hang guard, not a timing: every test of the process starts at once on two threads, so a
+    // test needing milliseconds can wait minutes for the others (138 s seen under TSAN).
+    @Test(.timeLimit(.minutes(10)))
     func anEntityWithAThrottleIntervalUnderWayIsNotQuietEnoughToPassivate() async throws {
         let group = LoopGroup<String, Timed.State, Timed.Event, Timed.Effect>(
             program: { _ in Program(first: First(state: Timed.State()), update: Update(Timed.update)) },
@@ -217,7 +219,9 @@ struct TimeLifecycleTests {
         _ = try await running.value
     }
 
-    @Test(.timeLimit(.minutes(3)))
+    // A hang guard, not a timing: every test of the process starts at once on two threads, so a
+    // test needing milliseconds can wait minutes for the others (138 s seen under TSAN).
+    @Test(.timeLimit(.minutes(10)))
     func aDelayAskedForAfterTheStopBeganIsCancelledNotWaitedFor() async throws {
         let gates = Gates()
         let loop = Loop(
@@ -245,7 +249,9 @@ struct TimeLifecycleTests {
         #expect(loop.state.done.isEmpty)
     }
 
-    @Test(.timeLimit(.minutes(3)))
+    // A hang guard, not a timing: every test of the process starts at once on two threads, so a
+    // test needing milliseconds can wait minutes for the others (138 s seen under TSAN).
+    @Test(.timeLimit(.minutes(10)))
     func aGracefulStopCancelsWhatWaitsForTimeAndDoesNotWaitForIt() async throws {
         let observed = Locked<[String]>([])
         let loop = Loop(

@@ -21,9 +21,9 @@ SERVICE=
 cleanup() { [ -n "$SERVICE" ] && kill -9 "$SERVICE" 2>/dev/null; rm -rf "$SCRATCH"; }
 trap cleanup EXIT
 
-# run_once SCRIPT ACCOUNTS SERVICE-ARGS...: one wrk run against a new service; prints wrk's RESULT JSON.
+# run_once PATHS ACCOUNTS SERVICE-ARGS...: one wrk run against a new service; prints wrk's RESULT JSON.
 run_once() {
-  local script=$1 accounts=$2; shift 2
+  local paths=$1 accounts=$2; shift 2
   rm -rf "$SCRATCH/store"; : > "$SCRATCH/log"
   "$BIN" --port 0 "$@" > "$SCRATCH/log" 2>&1 & SERVICE=$!
   local port=
@@ -35,7 +35,8 @@ run_once() {
   done
   [ -n "$port" ] || { echo "the service did not start" >&2; cat "$SCRATCH/log" >&2; exit 1; }
   local out
-  out=$(ACCOUNTS=$accounts wrk -t2 -c8 -d"${SECONDS_PER_RUN}s" --latency -s "$BENCH/$script" "http://127.0.0.1:$port")
+  out=$(PATHS=$paths ACCOUNTS=$accounts wrk -t2 -c8 -d"${SECONDS_PER_RUN}s" --latency -s "$BENCH/workload.lua" \
+    "http://127.0.0.1:$port")
   kill -TERM "$SERVICE"
   wait "$SERVICE" || { echo "the service did not stop cleanly" >&2; cat "$SCRATCH/log" >&2; exit 1; }
   SERVICE=
@@ -64,7 +65,7 @@ workload() {
     "$name" "$RUNS" "$rate" "$rate_min" "$rate_max" "$p50" "$p50_min" "$p50_max" "$p99" "$p99_min" "$p99_max"
 }
 
-workload http_floor health.lua 1 --memory
-workload http_memory deposit.lua 1000 --memory
-workload http_durable deposit.lua 1000 --store "$SCRATCH/store"
-workload http_durable_hot deposit.lua 1 --store "$SCRATCH/store"
+workload http_floor health 1 --memory
+workload http_memory deposits 1000 --memory
+workload http_durable deposits 1000 --store "$SCRATCH/store"
+workload http_durable_hot deposits 1 --store "$SCRATCH/store"

@@ -36,8 +36,10 @@ public enum AccountsServer {
         if metrics != nil { router.add(middleware: MetricsMiddleware()) }
         router.get("/health") { _, _ in reply(Translation.Response(status: 200, ["status": .string("ok")])) }
         router.get("/accounts/{id}") { _, context in
-            guard case .success(let id) = Translation.accountID(context.parameters.get("id") ?? "") else {
-                return reply(Translation.accountID("").refusal)
+            let id: String
+            switch Translation.accountID(context.parameters.get("id") ?? "") {
+            case .failure(let refusal): return reply(refusal.response)
+            case .success(let account): id = account
             }
             do {
                 let balance = try await accounts.balance(of: id)
@@ -112,12 +114,6 @@ public enum AccountsServer {
             headers: [.contentType: "application/json; charset=utf-8"],
             body: ResponseBody(byteBuffer: ByteBuffer(bytes: response.json))
         )
-    }
-}
-
-extension Result where Failure == Translation.Refusal {
-    fileprivate var refusal: Translation.Response {
-        if case .failure(let refusal) = self { refusal.response } else { Translation.Response(status: 400, [:]) }
     }
 }
 

@@ -25,28 +25,31 @@ import Glibc
         let problems = Mutex<[String]>([])
     }
 
+    /// Client `client`'s deposit number `number` (of `number`), under its own request id.
+    static func deposit(port: Int, client: Int, number: Int) -> HTTP.Answer? {
+        HTTP.request(
+            port: port,
+            "POST",
+            "/accounts/client-\(client)/deposit",
+            headers: [("Idempotency-Key", "client-\(client)-deposit-\(number)")],
+            body: Array(#"{"amount": \#(number)}"#.utf8)
+        )
+    }
+
     /// One client: deposits 1, 2, ..., n into its account, each under its own request id; a deposit
     /// without an answer (the service is down, or answers 503) is sent again with the same id.
     static func client(_ index: Int, _ load: Load) {
         var balances: [Int] = []
-        for deposit in 1...depositsPerClient {
+        for number in 1...depositsPerClient {
             while true {
                 let port = load.port.load(ordering: .relaxed)
-                guard port > 0,
-                    let answer = HTTP.request(
-                        port: port,
-                        "POST",
-                        "/accounts/client-\(index)/deposit",
-                        headers: [("Idempotency-Key", "client-\(index)-deposit-\(deposit)")],
-                        body: Array(#"{"amount": \#(deposit)}"#.utf8)
-                    ),
-                    answer.status != 503
+                guard port > 0, let answer = deposit(port: port, client: index, number: number), answer.status != 503
                 else {
                     usleep(5_000)
                     continue
                 }
                 guard answer.status == 200, let balance = answer.integer("balance") else {
-                    load.problems.withLock { $0.append("client \(index) deposit \(deposit): \(answer)") }
+                    load.problems.withLock { $0.append("client \(index) deposit \(number): \(answer)") }
                     return
                 }
                 balances.append(balance)
@@ -102,13 +105,7 @@ import Glibc
             let account = HTTP.request(port: port, "GET", "/accounts/client-\(index)")
             #expect(account?.integer("balance") == runningSums.last, "client \(index)'s account")
             // A retry of an answered deposit gets its recorded answer and applies nothing.
-            let retry = HTTP.request(
-                port: port,
-                "POST",
-                "/accounts/client-\(index)/deposit",
-                headers: [("Idempotency-Key", "client-\(index)-deposit-1")],
-                body: Array(#"{"amount": 1}"#.utf8)
-            )
+            let retry = Self.deposit(port: port, client: index, number: 1)
             #expect(retry?.status == 200 && retry?.integer("balance") == 1, "\(String(describing: retry))")
         }
         let after = HTTP.request(port: port, "GET", "/accounts/client-0")

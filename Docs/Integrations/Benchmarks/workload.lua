@@ -1,9 +1,11 @@
--- wrk script: POST a deposit of 1 per request, each under its own Idempotency-Key, to one of ACCOUNTS
--- accounts (env, default 1000; 1 is the "hot entity" case). At the end, one JSON object on stdout with
--- the requests per second, p50 and p99 in milliseconds, and the non-2xx count (which must be 0).
+-- wrk script for the example service. PATHS=health: GET /health (touches no account: the HTTP floor).
+-- Otherwise: POST a deposit of 1 per request, each under its own Idempotency-Key, to one of ACCOUNTS
+-- accounts (default 1000; 1 is the "hot entity" case). At the end, one line `RESULT {...}` with the
+-- requests per second, p50 and p99 in milliseconds, and the count of failed requests (non-2xx
+-- answers and socket errors), which must be 0.
+local health = os.getenv("PATHS") == "health"
 local accounts = tonumber(os.getenv("ACCOUNTS") or "1000")
 local counter = 0
-
 local threads = {}
 
 function setup(thread)
@@ -12,6 +14,9 @@ function setup(thread)
 end
 
 function request()
+    if health then
+        return wrk.format("GET", "/health")
+    end
     counter = counter + 1
     local account = (counter * 7919 + (thread_id or 0)) % accounts
     local key = string.format("bench-%d-%d", thread_id or 0, counter)
