@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../../.."
 RUNS=${RUNS:-5}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 BENCH=Docs/Integrations/Benchmarks
-command -v wrk >/dev/null || { echo "wrk is not installed: run make deps" >&2; exit 1; }
+command -v wrk >/dev/null || { echo "wrk is not installed: make integrations-bench installs it" >&2; exit 1; }
 swift build -c release --package-path Docs/Integrations --scratch-path .build-integrations --product accounts-service >&2
 BIN=.build-integrations/release/accounts-service
 SCRATCH=$(mktemp -d /tmp/effectloop-http-bench-XXXXXX)
@@ -23,6 +23,9 @@ trap cleanup EXIT
 
 # run_once PATHS ACCOUNTS SERVICE-ARGS...: one wrk run against a new service; prints wrk's RESULT JSON.
 run_once() {
+  # Runs in a command substitution's subshell, which has its own SERVICE and does not run the
+  # script's EXIT trap: it stops its own service, however it ends.
+  trap '[ -n "$SERVICE" ] && kill -9 "$SERVICE" 2>/dev/null' EXIT
   local paths=$1 accounts=$2; shift 2
   rm -rf "$SCRATCH/store"; : > "$SCRATCH/log"
   "$BIN" --port 0 "$@" > "$SCRATCH/log" 2>&1 & SERVICE=$!

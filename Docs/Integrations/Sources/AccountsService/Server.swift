@@ -139,8 +139,8 @@ struct BodyLimitMiddleware: RouterMiddleware {
     }
 }
 
-/// Takes a W3C `traceparent` header into the request's `ServiceContext` (where `LoopTracing.scope`
-/// finds it and the effects its event causes are traced under it) and into the log metadata
+/// Takes a W3C `traceparent` header into the request's `ServiceContext` (``ServiceContext/traceParent``,
+/// for the request's own code and any instrument that reads it) and into the log metadata
 /// (`trace_id`). A header that does not parse is ignored: tracing never fails a request.
 struct TraceParentMiddleware: RouterMiddleware {
     typealias Context = AccountsContext

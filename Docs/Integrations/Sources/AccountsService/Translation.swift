@@ -135,16 +135,16 @@ public enum Translation {
         }
     }
 
-    /// The response to a request that got no answer: 503 when the service cannot take it now (full,
-    /// stopping, its store failed), 504 when the answer did not come in time, 422 for a request id
-    /// reused for a different request, 400 for a request the group finds invalid, 500 for an answer
-    /// the program never gave.
+    /// The response to a request that got no answer: 503 when the service cannot take it now
+    /// (stopping, its store failed), 504 when the answer did not come in time (the deposit may still
+    /// be applied: retry with the same request id), 422 for a request id reused for a different
+    /// request, and 500 for what only a fault of the service causes (a request the group finds invalid
+    /// although the input was checked, an answer the program never gave), without internal detail.
     public static func response(to error: RequestError) -> Response {
         switch error {
         case .timedOut: .error(504, "no answer in time; retry with the same Idempotency-Key")
         case .keyReused: .error(422, "this Idempotency-Key was used for a different request")
-        case .invalid(let reason): .error(400, reason)
-        case .rejected(let rejection) where rejection == .invalid: .error(400, "the request is invalid")
+        case .invalid, .rejected(.invalid): .error(500, "the service failed to take the request")
         case .rejected(let rejection) where rejection == .inboxFull: .error(503, "too busy; retry later")
         case .rejected, .loopStopped, .cancelled: .error(503, "the service is stopping or unavailable")
         case .storeFailed: .error(503, "the account's store failed")

@@ -48,6 +48,11 @@ struct Options {
             default: throw UsageError("unknown argument \(argument)")
             }
         }
+        // Where the accounts live is one choice: `--memory` by mistake must not silently lose data.
+        let stores = arguments.filter { ["--store", "--postgres", "--memory"].contains($0) }
+        guard stores.count <= 1 else {
+            throw UsageError("give one of --store, --postgres and --memory, once")
+        }
     }
 }
 

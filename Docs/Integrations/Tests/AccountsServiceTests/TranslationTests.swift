@@ -82,8 +82,8 @@ import Testing
         let cases: [(RequestError, Int)] = [
             (.timedOut(after: .seconds(1)), 504),
             (.keyReused("k"), 422),
-            (.invalid("a key over 1,024 bytes"), 400),
-            (.rejected(.invalid), 400),
+            (.invalid("a key over 1,024 bytes"), 500),
+            (.rejected(.invalid), 500),
             (.rejected(.inboxFull), 503),
             (.rejected(.stopping), 503),
             (.rejected(.stopped), 503),
