@@ -122,14 +122,14 @@ public enum ProcessTree {
         (FileSystem.entries(of: "/proc") ?? []).compactMap { pid_t($0) }
     }
 
-    /// The state letter (`R`, `S`, `Z`, …), parent and process group of `pid`: the third, fourth and
-    /// fifth fields of its `stat`, after the command name in parentheses (which may itself hold spaces
-    /// and parentheses, so it is found from the last one).
-    static func status(of pid: pid_t) -> (state: Substring, parent: pid_t, group: pid_t)? {
+    /// The state letter (`R`, `S`, `Z`, …) and parent of `pid`: the third and fourth fields of its
+    /// `stat`, after the command name in parentheses (which may itself hold spaces and parentheses, so
+    /// it is found from the last one).
+    static func status(of pid: pid_t) -> (state: Substring, parent: pid_t)? {
         let text = String(decoding: FileSystem.bytes(at: "/proc/\(pid)/stat"), as: UTF8.self)
         guard let close = text.lastIndex(of: ")") else { return nil }
         let fields = text[text.index(after: close)...].split(separator: " ")
-        guard fields.count > 2, let parent = pid_t(fields[1]), let group = pid_t(fields[2]) else { return nil }
-        return (fields[0], parent, group)
+        guard fields.count > 1, let parent = pid_t(fields[1]) else { return nil }
+        return (fields[0], parent)
     }
 }
