@@ -123,6 +123,7 @@ let package = Package(
                 .product(name: "LoopCore", package: "EffectLoop"),
                 .product(name: "EffectHandlers", package: "EffectLoop"),
                 .product(name: "LoopRuntime", package: "EffectLoop"),
+                .product(name: "LoopPersistence", package: "EffectLoop"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Instrumentation", package: "swift-distributed-tracing"),
                 .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),

@@ -253,11 +253,14 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     }
 
     /// ``pullback(_:)``, with each effect performed under the ``IdempotencyKey`` `key` gives its outer
-    /// effect (``IdempotencyKey/current`` while its handler runs): how a durable loop keys its effects.
+    /// effect (``IdempotencyKey/current`` while its handler runs), and inside the scope with the context
+    /// `context` finds in the outer effect, if any: how a durable loop keys its effects and hands each the
+    /// context of its own event.
     @inlinable
     package func pullback<Outer: Sendable>(
         _ extract: @escaping @Sendable (Outer) -> Effect?,
-        key: (@Sendable (Outer) -> IdempotencyKey?)?
+        key: (@Sendable (Outer) -> IdempotencyKey?)?,
+        context: (@Sendable (Outer) -> CarriedContext?)? = nil
     ) -> EffectRouter<Outer, Event> {
         let lifecycleOf = self.lifecycleOf
         var outer = EffectRouter<Outer, Event>(lifecycleOf: { extract($0).map(lifecycleOf) ?? .concurrent() })
@@ -301,8 +304,17 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         if let stopRequest {
             outer.stopRequest = { effect in extract(effect).flatMap(stopRequest) }
         }
-        outer.scope = scope?.lifted(extract)
+        outer.scope = scope?.lifted(extract, context: context)
         return outer
+    }
+
+    /// This router, whose scope's `event` sees only the events `extract` finds, as it returns them: how a
+    /// durable loop shows it its program's events, not its store's.
+    @inlinable
+    package func scopeSeeingEvents(_ extract: @escaping @Sendable (any Sendable) -> (any Sendable)?) -> EffectRouter {
+        var router = self
+        router.scope = scope?.seeingEvents(extract)
+        return router
     }
 
     /// This router, with every effect's handler run inside `scope`, which receives the context the

@@ -2,17 +2,22 @@
 /// how task-local values a request handler sets (a `Logger`, a tracing `ServiceContext`) reach the
 /// handlers of the effects its event causes.
 ///
+/// `event`, if given, runs once each event is processed, on the thread that processed it, before its
+/// effects start: with the event's context, the event, and how long its update took (a tracing scope
+/// records the event's span there). In a durable loop it sees the program's events, not the store's.
+///
 /// `capture` runs when an event is sent to the loop from outside (`send`, `request`, a group's
 /// `send(_:to:)`, an event source), on the sender's task: it reads the values to carry, typically
 /// task-locals. The loop keeps what it returns with the event (not in any store or journal), and hands
-/// it to `sync` or `async` around the handler of each effect the event's update returns. An event a
+/// it to `sync` or `async` around the handler of each effect the event's update returns (a durable
+/// loop's effects too, released when their event is recorded: each with its own event's context). An event a
 /// handler sends is captured there, so it carries what the wrap set (a tracing wrap's span: the
 /// follow-up's effects are its children); a chain of effects and events keeps the context. `sync` wraps synchronous
 /// handlers (on the thread that processes the event), `async` asynchronous ones (in the effect's
 /// task). Each must call `body` exactly once and return or throw what it did; the context is `nil`
-/// where `capture` found nothing, and for the program's start-up effects. An event source runs in the
-/// task that runs the loop, so its events carry what `capture` reads there. A durable loop's program
-/// effects get none yet: the store's commit releases them, for several callers' events at once.
+/// where `capture` found nothing, and for the program's start-up effects (and a recovered durable
+/// loop's resumed ones). An event source runs in the task that runs the loop, so its events carry what
+/// `capture` reads there.
 ///
 /// ```swift
 /// enum RequestID { @TaskLocal static var current: String? }
@@ -31,38 +36,52 @@ public struct EffectScope<Effect: Sendable>: Sendable {
     let sync: @Sendable (CarriedContext?, Effect, () throws -> Void) throws -> Void
     @usableFromInline
     let async: @Sendable (CarriedContext?, Effect, () async throws -> Void) async throws -> Void
+    @usableFromInline
+    let event: (@Sendable (CarriedContext?, any Sendable, Duration) -> Void)?
 
     /// Creates a scope that captures a `Context` at each send and runs each handler inside `sync` or
-    /// `async` with it.
+    /// `async` with it; `event`, if given, is told of each processed event with its context.
     public init<Context: Sendable>(
         _ context: Context.Type = Context.self,
         capture: @escaping @Sendable () -> Context?,
         sync: @escaping @Sendable (_ context: Context?, _ effect: Effect, _ body: () throws -> Void) throws -> Void,
         async:
             @escaping @Sendable (_ context: Context?, _ effect: Effect, _ body: () async throws -> Void) async throws
-            -> Void
+            -> Void,
+        event: (@Sendable (_ context: Context?, _ event: any Sendable, _ update: Duration) -> Void)? = nil
     ) {
         self.capture = { capture().map { CarriedContext($0) } }
         self.sync = { carried, effect, body in try sync(carried?.value as? Context, effect, body) }
         self.async = { carried, effect, body in try await async(carried?.value as? Context, effect, body) }
+        if let event {
+            self.event = { carried, processed, duration in event(carried?.value as? Context, processed, duration) }
+        } else {
+            self.event = nil
+        }
     }
 
     @usableFromInline
     init(
         capturing capture: @escaping @Sendable () -> CarriedContext?,
         sync: @escaping @Sendable (CarriedContext?, Effect, () throws -> Void) throws -> Void,
-        async: @escaping @Sendable (CarriedContext?, Effect, () async throws -> Void) async throws -> Void
+        async: @escaping @Sendable (CarriedContext?, Effect, () async throws -> Void) async throws -> Void,
+        event: (@Sendable (CarriedContext?, any Sendable, Duration) -> Void)?
     ) {
         self.capture = capture
         self.sync = sync
         self.async = async
+        self.event = event
     }
 
-    /// The same scope for a router of `Outer` effects: effects that `extract` finds run inside it;
-    /// others (a durable loop's store work) run as they are, and the events they send carry no context:
-    /// they may be sent for several callers' events at once.
+    /// The same scope for a router of `Outer` effects: effects that `extract` finds run inside it, with
+    /// the context `contextOf` finds in the outer effect if any (a durable loop's effect holds its own
+    /// event's), else their event's; others (a durable loop's store work) run as they are, and the
+    /// events they send carry no context: they may be sent for several callers' events at once.
     @usableFromInline
-    func lifted<Outer: Sendable>(_ extract: @escaping @Sendable (Outer) -> Effect?) -> EffectScope<Outer> {
+    func lifted<Outer: Sendable>(
+        _ extract: @escaping @Sendable (Outer) -> Effect?,
+        context contextOf: (@Sendable (Outer) -> CarriedContext?)? = nil
+    ) -> EffectScope<Outer> {
         let (sync, async) = (self.sync, self.async)
         return EffectScope<Outer>(
             capturing: capture,
@@ -70,15 +89,41 @@ public struct EffectScope<Effect: Sendable>: Sendable {
                 guard let inner = extract(outer) else {
                     return try CarriedContext.$current.withValue(CarriedContext.noContext) { try body() }
                 }
-                try sync(context, inner, body)
+                try sync(contextOf?(outer) ?? context, inner, body)
             },
             async: { context, outer, body in
                 guard let inner = extract(outer) else {
                     return try await CarriedContext.$current.withValue(CarriedContext.noContext) { try await body() }
                 }
-                try await async(context, inner, body)
+                try await async(contextOf?(outer) ?? context, inner, body)
+            },
+            event: event
+        )
+    }
+
+    /// The same scope, whose `event` sees only the events `extract` finds (the program's events among a
+    /// durable loop's inputs), as `extract` returns them.
+    @usableFromInline
+    package func seeingEvents(_ extract: @escaping @Sendable (any Sendable) -> (any Sendable)?) -> EffectScope {
+        guard let event else { return self }
+        return EffectScope(
+            capturing: capture,
+            sync: sync,
+            async: async,
+            event: { context, outer, duration in
+                if let inner = extract(outer) { event(context, inner, duration) }
             }
         )
+    }
+
+    /// Whether the scope is told of each processed event.
+    @inlinable
+    package var seesEvents: Bool { event != nil }
+
+    /// Tells the scope that `processed` was processed, its update taking `duration`, with its context.
+    @inlinable
+    package func processed(_ processed: some Sendable, context: CarriedContext?, update duration: Duration) {
+        event?(context, processed, duration)
     }
 
     /// The context to carry with an event sent now: none if the handler sending it is one the scope
@@ -107,6 +152,34 @@ public struct EffectScope<Effect: Sendable>: Sendable {
     package func carrying(_ context: CarriedContext?, _ body: () -> Void) {
         CarriedContext.$current.withValue(context ?? CarriedContext.noContext) { body() }
     }
+}
+
+/// The context an ``EffectScope`` captured where an event was sent, held as a value where the event's
+/// effects wait for something before they run: a durable loop keeps it with each event until the event
+/// is recorded, then hands it to the scope around that event's effects.
+///
+/// Opaque, never recorded, and equal to every other context, so the values holding it (a durable
+/// loop's inputs and effects) compare by what they decide, not by who sent them.
+public struct EffectContext: Hashable, Sendable {
+    /// What the scope captured.
+    @usableFromInline
+    package let carried: CarriedContext?
+
+    /// No context: what `capture` returns where it finds nothing, and the program's own effects.
+    public static let none = EffectContext(nil)
+
+    @inlinable
+    package init(_ carried: CarriedContext?) {
+        self.carried = carried
+    }
+
+    /// Always `true`: a context is not part of a value's meaning.
+    @inlinable
+    public static func == (lhs: EffectContext, rhs: EffectContext) -> Bool { true }
+
+    /// Hashes nothing, as every context is equal.
+    @inlinable
+    public func hash(into hasher: inout Hasher) {}
 }
 
 /// The context an ``EffectScope`` captured for one event, kept with it by the loop: a box, so an event

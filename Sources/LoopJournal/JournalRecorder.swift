@@ -56,7 +56,7 @@ public final class JournalRecorder<State: Encodable & Sendable, Event: Codable &
     /// Records processed events, with a digest of `state` every `digestEvery` events, and passes
     /// everything on.
     public func observe(_ activity: LoopActivity<Event, Effect>, state: () -> State) {
-        if case .eventProcessed(let event, _, _, _, _) = activity {
+        if case .eventProcessed(let event, _, _, _, _, _) = activity {
             withoutActuallyEscaping(state) { state in record(event, state: state) }
         }
         next?.observe(activity)
@@ -64,7 +64,7 @@ public final class JournalRecorder<State: Encodable & Sendable, Event: Codable &
 
     /// Records processed events without digests (when not given the state) and passes everything on.
     public func observe(_ activity: LoopActivity<Event, Effect>) {
-        if case .eventProcessed(let event, _, _, _, _) = activity { record(event, state: nil) }
+        if case .eventProcessed(let event, _, _, _, _, _) = activity { record(event, state: nil) }
         next?.observe(activity)
     }
 

@@ -39,27 +39,27 @@ public struct LoopLogger<Event: Sendable, Effect: Sendable>: LoopObserver {
     /// The line, without the label, that describes `activity`.
     public static func line(for activity: LoopActivity<Event, Effect>) -> String {
         switch activity {
-        case .eventProcessed(let event, let origin, let duration, let depth, let effects):
+        case .eventProcessed(let event, let origin, let duration, let depth, let effects, _):
             "event \(event) from \(origin) processed in \(duration), inbox \(depth)"
                 + (effects.isEmpty ? "" : ", effects \(effects)")
         case .eventRejected(let event, let reason):
             "event \(event) rejected: \(reason)"
         case .eventDropped(let event):
             "event \(event) dropped"
-        case .effectStarted(let effect, let lifecycle):
-            "effect \(effect) started (\(lifecycle))"
-        case .effectCompleted(let effect, _):
-            "effect \(effect) completed"
-        case .effectFailed(let effect, let error, let mapped, _):
-            "effect \(effect) failed: \(error)" + (mapped.map { " -> \($0)" } ?? " (unhandled)")
-        case .effectCancelled(let effect):
-            "effect \(effect) cancelled"
-        case .effectTimedOut(let effect, let timeout, let mapped):
-            "effect \(effect) timed out after \(timeout)" + (mapped.map { " -> \($0)" } ?? "")
-        case .effectAbandoned(let effect):
-            "effect \(effect) abandoned: still running when the loop stopped"
-        case .effectDropped(let effect):
-            "effect \(effect) dropped: one with its key is in flight"
+        case .effectStarted(let effect, let id, let lifecycle):
+            "effect #\(id) \(effect) started (\(lifecycle))"
+        case .effectCompleted(let effect, let id, _):
+            "effect #\(id) \(effect) completed"
+        case .effectFailed(let effect, let id, let error, let mapped, _):
+            "effect #\(id) \(effect) failed: \(error)" + (mapped.map { " -> \($0)" } ?? " (unhandled)")
+        case .effectCancelled(let effect, let id):
+            "effect #\(id) \(effect) cancelled"
+        case .effectTimedOut(let effect, let id, let timeout, let mapped):
+            "effect #\(id) \(effect) timed out after \(timeout)" + (mapped.map { " -> \($0)" } ?? "")
+        case .effectAbandoned(let effect, let id):
+            "effect #\(id) \(effect) abandoned: still running when the loop stopped"
+        case .effectDropped(let effect, let id):
+            "effect #\(id) \(effect) dropped: one with its key is in flight"
         case .sourceFailed(let error):
             "event source failed: \(error)"
         case .sourceFinished:

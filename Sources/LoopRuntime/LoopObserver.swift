@@ -26,7 +26,7 @@ public protocol LoopStateObserver<State, Event, Effect>: LoopObserver {
     associatedtype State: Sendable
 
     /// Called for each thing the loop did. `state` returns the loop's state at the time of the call:
-    /// while observing ``LoopActivity/eventProcessed(_:origin:duration:inboxDepth:effects:)``, the state right
+    /// while observing ``LoopActivity/eventProcessed(_:origin:duration:inboxDepth:effects:firstEffect:)``, the state right
     /// after that event, since the loop processes no other event until this returns.
     func observe(_ activity: LoopActivity<Event, Effect>, state: () -> State)
 }

@@ -119,7 +119,7 @@ public final class MetricsObserver<Event: Sendable, Effect: Sendable>: LoopObser
     /// Counts `activity`.
     public func observe(_ activity: LoopActivity<Event, Effect>) {
         switch activity {
-        case .eventProcessed(let event, let origin, let duration, let depth, let effects):
+        case .eventProcessed(let event, let origin, let duration, let depth, let effects, _):
             let label = eventLabel(event)
             let seconds = Self.seconds(duration)
             let bucket = buckets.firstIndex { seconds <= $0 } ?? buckets.count
@@ -137,13 +137,13 @@ public final class MetricsObserver<Event: Sendable, Effect: Sendable>: LoopObser
         case .eventDropped(let event):
             let label = eventLabel(event)
             counts.withLock { $0.dropped[label, default: 0] += 1 }
-        case .effectStarted(let effect, _): count(effect, "started")
-        case .effectCompleted(let effect, let duration): count(effect, "completed", ran: duration)
-        case .effectFailed(let effect, _, _, let duration): count(effect, "failed", ran: duration)
-        case .effectCancelled(let effect): count(effect, "cancelled")
-        case .effectTimedOut(let effect, _, _): count(effect, "timed_out")
-        case .effectAbandoned(let effect): count(effect, "abandoned")
-        case .effectDropped(let effect): count(effect, "dropped")
+        case .effectStarted(let effect, _, _): count(effect, "started")
+        case .effectCompleted(let effect, _, let duration): count(effect, "completed", ran: duration)
+        case .effectFailed(let effect, _, _, _, let duration): count(effect, "failed", ran: duration)
+        case .effectCancelled(let effect, _): count(effect, "cancelled")
+        case .effectTimedOut(let effect, _, _, _): count(effect, "timed_out")
+        case .effectAbandoned(let effect, _): count(effect, "abandoned")
+        case .effectDropped(let effect, _): count(effect, "dropped")
         case .sourceFailed: counts.withLock { $0.sourceFailures += 1 }
         case .sourceFinished, .stopping, .stopped: break
         }

@@ -161,7 +161,9 @@ public final class DurableHarness<
         let (started, program) = (self.started, self.program)
         let observer = ClosureLoopGroupObserver<ID, Event, Effect> { activity, entity in
             // Replies are asserted as the request's value, not as effects.
-            if case .effectStarted(let effect, _) = activity, let entity, program(entity).replies?.find(effect) == nil {
+            if case .effectStarted(let effect, _, _) = activity, let entity,
+                program(entity).replies?.find(effect) == nil
+            {
                 started.withLock { $0.append((entity, effect)) }
             }
         }

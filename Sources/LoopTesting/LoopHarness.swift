@@ -73,11 +73,11 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
         self.ledger = ledger
         let observer = ClosureLoopObserver<Event, Effect> { activity in
             defer { changes.bump() }
-            if case .effectStarted(let effect, _) = activity {
+            if case .effectStarted(let effect, _, _) = activity {
                 ledger.withLock { $0.started.append(effect) }
                 return
             }
-            guard case .eventProcessed(let event, let origin, _, _, _) = activity else { return }
+            guard case .eventProcessed(let event, let origin, _, _, _, _) = activity else { return }
             ledger.withLock { ledger in
                 ledger.processed.append(event)
                 ledger.fromTest.append(origin == .outside)

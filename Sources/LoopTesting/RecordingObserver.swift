@@ -36,16 +36,17 @@ public enum RecordedActivity<Event: Equatable & Sendable, Effect: Equatable & Se
     /// The value recording `activity`.
     public init(_ activity: LoopActivity<Event, Effect>) {
         switch activity {
-        case .eventProcessed(let event, _, _, _, _): self = .processed(event)
+        case .eventProcessed(let event, _, _, _, _, _): self = .processed(event)
         case .eventRejected(let event, let reason): self = .rejected(event, reason)
         case .eventDropped(let event): self = .eventDropped(event)
-        case .effectStarted(let effect, _): self = .started(effect)
-        case .effectCompleted(let effect, _): self = .completed(effect)
-        case .effectFailed(let effect, let error, let mapped, _): self = .failed(effect, "\(error)", mappedTo: mapped)
-        case .effectCancelled(let effect): self = .cancelled(effect)
-        case .effectTimedOut(let effect, _, let mapped): self = .timedOut(effect, mappedTo: mapped)
-        case .effectAbandoned(let effect): self = .abandoned(effect)
-        case .effectDropped(let effect): self = .effectDropped(effect)
+        case .effectStarted(let effect, _, _): self = .started(effect)
+        case .effectCompleted(let effect, _, _): self = .completed(effect)
+        case .effectFailed(let effect, _, let error, let mapped, _):
+            self = .failed(effect, "\(error)", mappedTo: mapped)
+        case .effectCancelled(let effect, _): self = .cancelled(effect)
+        case .effectTimedOut(let effect, _, _, let mapped): self = .timedOut(effect, mappedTo: mapped)
+        case .effectAbandoned(let effect, _): self = .abandoned(effect)
+        case .effectDropped(let effect, _): self = .effectDropped(effect)
         case .sourceFailed(let error): self = .sourceFailed("\(error)")
         case .sourceFinished: self = .sourceFinished
         case .stopping: self = .stopping
@@ -86,7 +87,7 @@ public final class RecordingObserver<Event: Equatable & Sendable, Effect: Equata
         let entry = Entry(activity)
         let ready = log.withLock { log in
             log.entries.append(entry)
-            if case .eventProcessed(_, let origin, _, _, _) = activity { log.origins.append(origin) }
+            if case .eventProcessed(_, let origin, _, _, _, _) = activity { log.origins.append(origin) }
             let entries = log.entries
             let ready = log.waiters.filter { $0.condition(entries) }.map(\.continuation)
             log.waiters.removeAll { $0.condition(entries) }

@@ -787,7 +787,7 @@ final class RecordingGroupObserver<ID: Hashable & Sendable, Event: Sendable, Eff
     var processed: [(event: Event, entity: ID?)] {
         seen.withLock { seen in
             seen.compactMap { activity, entity in
-                if case .eventProcessed(let event, _, _, _, _) = activity { (event, entity) } else { nil }
+                if case .eventProcessed(let event, _, _, _, _, _) = activity { (event, entity) } else { nil }
             }
         }
     }

@@ -40,7 +40,13 @@ enum Scoped {
     )
 
     /// The request id each handler saw, by effect.
-    static func router(_ seen: Locked<[Effect: String?]>, scoped: Bool = true) -> EffectRouter<Effect, Event> {
+    /// `told`, if given, gets each event the scope is told of, with its context, and what the
+    /// handlers had seen by then.
+    static func router(
+        _ seen: Locked<[Effect: String?]>,
+        scoped: Bool = true,
+        told: Locked<[(event: Event, id: String?, seenBefore: Int)]>? = nil
+    ) -> EffectRouter<Effect, Event> {
         let router = EffectRouter<Effect, Event>()
             .route(
                 { if case .note = $0 { $0 } else { nil } },
@@ -68,7 +74,13 @@ enum Scoped {
             EffectScope<Effect>(
                 capture: { RequestID.current },
                 sync: { id, _, body in try RequestID.$current.withValue(id) { try body() } },
-                async: { id, _, body in try await RequestID.$current.withValue(id) { try await body() } }
+                async: { id, _, body in try await RequestID.$current.withValue(id) { try await body() } },
+                event: told.map { told in
+                    { id, event, _ in
+                        let before = seen.withLock { $0.count }
+                        if let event = event as? Event { told.withLock { $0.append((event, id, before)) } }
+                    }
+                }
             )
         )
     }
@@ -124,6 +136,21 @@ struct Exploded: Error {}
         // The asynchronous effects run in the loop's tasks: the sender's value is not there.
         #expect(seen.withLock { $0[.work(1)] } == .some(nil))
         #expect(seen.withLock { $0[.finish(1)] } == .some(nil))
+    }
+
+    @Test func theScopeIsToldOfEachEventWithItsContextBeforeItsEffectsRun() async throws {
+        let seen = Locked<[Scoped.Effect: String?]>([:])
+        let told = Locked<[(event: Scoped.Event, id: String?, seenBefore: Int)]>([])
+        let loop = Loop(program: Scoped.program, effects: Scoped.router(seen, told: told))
+        _ = try await running(loop) {
+            RequestID.$current.withValue("request-1") { _ = loop.send(.start(1)) }
+            await waitUntil("the follow-up's effect") { seen.withLock { $0.count } == 3 }
+        }
+        let events = told.withLock { $0 }
+        // Every event, the follow-up too, with the context it carries; told before any of its effects ran.
+        #expect(events.map(\.event) == [.start(1), .followUp(1)])
+        #expect(events.map(\.id) == ["request-1", "request-1"])
+        #expect(events.map(\.seenBefore) == [0, 2])
     }
 
     @Test func aGroupCarriesEachSendersContextToItsEntitysEffects() async throws {

@@ -79,9 +79,11 @@ import Testing
 
     @Test func handlerLatencyGoesIntoItsEffectsBuckets() {
         let metrics = MetricsObserver<Event, Effect>(buckets: [0.001, 0.1])
-        metrics.observe(.effectCompleted(.answer("a"), duration: .microseconds(500)))
-        metrics.observe(.effectCompleted(.answer("b"), duration: .milliseconds(50)))
-        metrics.observe(.effectFailed(.fail, error: Refusal(), mappedTo: nil, duration: .seconds(2)))
+        metrics.observe(.effectCompleted(.answer("a"), id: EffectID(rawValue: 1), duration: .microseconds(500)))
+        metrics.observe(.effectCompleted(.answer("b"), id: EffectID(rawValue: 2), duration: .milliseconds(50)))
+        metrics.observe(
+            .effectFailed(.fail, id: EffectID(rawValue: 3), error: Refusal(), mappedTo: nil, duration: .seconds(2))
+        )
         let lines = metrics.render().split(separator: "\n")
         for line in [
             #"effectloop_effect_duration_seconds_bucket{effect="answer",le="0.001"} 1"#,
@@ -100,7 +102,16 @@ import Testing
         #expect(MetricsObserver<Event, Effect>.caseName(Event.ping) == "ping")
         #expect(MetricsObserver<Event, Effect>.caseName(Effect.answer("x")) == "answer")
         let metrics = MetricsObserver<Event, Effect>(eventLabel: { _ in "a\"b\\c\nd" })
-        metrics.observe(.eventProcessed(.ping, origin: .outside, duration: .zero, inboxDepth: 0, effects: []))
+        metrics.observe(
+            .eventProcessed(
+                .ping,
+                origin: .outside,
+                duration: .zero,
+                inboxDepth: 0,
+                effects: [],
+                firstEffect: EffectID(rawValue: 1)
+            )
+        )
         #expect(metrics.render().contains(#"event="a\"b\\c\nd""#))
     }
 }

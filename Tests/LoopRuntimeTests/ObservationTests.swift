@@ -63,7 +63,7 @@ import Testing
         let steps = Mutex<[(Event, [Effect], Int)]>([])
 
         func observe(_ activity: LoopActivity<Event, Effect>, state: () -> Int) {
-            guard case .eventProcessed(let event, _, _, _, let effects) = activity else { return }
+            guard case .eventProcessed(let event, _, _, _, let effects, _) = activity else { return }
             let current = state()
             steps.withLock { $0.append((event, effects, current)) }
         }
@@ -123,7 +123,7 @@ import Testing
             program: { _ in Self.program },
             effects: Self.router,
             observer: ClosureLoopGroupObserver { activity, entity in
-                guard case .eventProcessed(let event, _, _, _, _) = activity else { return }
+                guard case .eventProcessed(let event, _, _, _, _, _) = activity else { return }
                 seen.withLock { $0.append("\(entity ?? "-"): \(event)") }
             }
         )

@@ -49,7 +49,7 @@ import Testing
         let deepest = Atomic<Int>(0)
         let holder = Locked<Loop<Jobs.State, Jobs.Event, Jobs.Effect>?>(nil)
         let observer = ClosureLoopObserver<Jobs.Event, Jobs.Effect> { activity in
-            guard case .eventProcessed(.append(let value), _, _, _, _) = activity, value < 50 else { return }
+            guard case .eventProcessed(.append(let value), _, _, _, _, _) = activity, value < 50 else { return }
             let now = depth.add(1, ordering: .relaxed).newValue
             deepest.max(now, ordering: .relaxed)
             holder.withLock { $0 }?.send(.append(value + 1))

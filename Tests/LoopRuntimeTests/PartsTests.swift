@@ -28,9 +28,10 @@ import Glibc
                     && $0.contains("processed in")
             }
         )
-        #expect(logged.contains(#"[jobs] effect echo("hi") started (.concurrent())"#))
-        #expect(logged.contains(#"[jobs] effect echo("hi") completed"#))
-        #expect(logged.contains("[jobs] effect orphan failed: no route handles this effect (unhandled)"))
+        // Each effect's lines carry its id, so a start pairs with its end.
+        #expect(logged.contains(#"[jobs] effect #1 echo("hi") started (.concurrent())"#))
+        #expect(logged.contains(#"[jobs] effect #1 echo("hi") completed"#))
+        #expect(logged.contains("[jobs] effect #2 orphan failed: no route handles this effect (unhandled)"))
         #expect(logged.contains("[jobs] stopping"))
         #expect(logged.last?.hasPrefix("[jobs] stopped: events: 2 sent, 2 processed") == true)
     }

@@ -259,7 +259,9 @@ struct TimeLifecycleTests {
             effects: EffectRouter<Timed.Effect, Timed.Event>()
                 .route({ $0.name }, to: ClosureEffectHandler { name, send in send(.done(name)) }),
             observer: ClosureLoopObserver { activity in
-                if case .effectCancelled(let effect) = activity { observed.withLock { $0.append(effect.name ?? "") } }
+                if case .effectCancelled(let effect, _) = activity {
+                    observed.withLock { $0.append(effect.name ?? "") }
+                }
             },
             clock: clock
         )

@@ -47,6 +47,8 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     @usableFromInline let callers: Callers<State>
     @usableFromInline let failures: Failures
     @usableFromInline let tally: StoreTally
+    /// The program's router's scope: what it captures where an event is sent travels with the event.
+    @usableFromInline let scope: EffectScope<Effect>?
 
     /// Creates a durable loop keeping its events in `stream` of `store`.
     ///
@@ -84,6 +86,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         self.failures = failures
         let tally = StoreTally()
         self.tally = tally
+        self.scope = router.scope
         self.stream = stream
         let storage = DurableStorage(store: store, events: events, states: states, keysKept: keysKept) { _ in program }
         self.storage = storage
@@ -103,8 +106,12 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
                 tally: tally,
                 failed: failures.record
             ),
-            sources: sources.map { source in
-                ClosureEventSource { send in try await source.run(send: send.map { .event($0, ticket: nil) }) }
+            sources: sources.map { [scope = router.scope] source in
+                ClosureEventSource { send in
+                    try await source.run(
+                        send: send.map { .event($0, ticket: nil, context: EffectContext(scope?.captured())) }
+                    )
+                }
             },
             observer: observer.map { DurableObserver<State, Event, Effect>($0, tally: tally) },
             clock: clock
@@ -128,7 +135,8 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     @inlinable
     func deliver(_ input: DurableInput<State, Event>) -> Delivery {
         if failures.any.load(ordering: .acquiring) { return .rejected(.failed) }
-        let delivery = core.send(input)
+        // On the sender's task: what the scope captures here reaches the scope around the event's effects.
+        let delivery = core.send(scope.map { input.carrying(EffectContext($0.captured())) } ?? input)
         if case .read = input { tally.sent(delivery) }
         return delivery
     }

@@ -67,6 +67,8 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     @usableFromInline let failures: Failures
     @usableFromInline let passivated: Count
     @usableFromInline let tally: StoreTally
+    /// The program's router's scope: what it captures where an event is sent travels with the event.
+    @usableFromInline let scope: EffectScope<Effect>?
 
     /// Creates a group keeping each entity's events in its stream, `stream(id)`, each entity running the
     /// program `program(id)` (which may depend on the id, as ``/LoopRuntime/LoopGroup``'s does).
@@ -139,6 +141,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         self.failures = failures
         let tally = StoreTally()
         self.tally = tally
+        self.scope = router.scope
         // A per-entity program, from the entity's start to its recovery (which reads its stream back).
         let starting = Locked<[String: DurableProgram<State, Event, Effect>]>([:])
         // One program for all: one durable update for all, so an entity costs no closure of its own.
@@ -336,6 +339,8 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
                 residents.touch(id)
                 return passivation.maximumLive.map { residents.count > $0 } ?? false
             }
+        // On the sender's task: what the scope captures here reaches the scope around the event's effects.
+        let input = scope.map { input.carrying(EffectContext($0.captured())) } ?? input
         var delivery = core.send(input, to: id)
         if case .read = input { tally.sent(delivery) }
         // A loop passivated after this sender found it refuses; looking again starts a new one.

@@ -38,46 +38,51 @@ public struct DurableObserver<State: Sendable, Event: Sendable, Effect: Sendable
     ) -> LoopActivity<Event, Effect>? {
         func event(_ input: DurableInput<State, Event>?) -> Event? {
             switch input {
-            case .event(let event, _)?: event
+            case .event(let event, _, _)?: event
             case .call(let call)?: call.event
             default: nil
             }
         }
         func effect(_ effect: DurableEffect<State, Event, Effect>) -> Effect? {
             switch effect {
-            case .effect(let effect, _), .reply(let effect, _, _): effect
+            case .effect(let effect, _, _), .reply(let effect, _, _): effect
             default: nil
             }
         }
         switch activity {
-        case .eventProcessed(let input, let origin, let duration, let depth, let outers):
+        case .eventProcessed(let input, let origin, let duration, let depth, let outers, let first):
+            // The program's effects keep the ids the loop gave them; the first one's id is reported.
+            let offset = outers.firstIndex { effect($0) != nil } ?? 0
             return event(input).map {
                 .eventProcessed(
                     $0,
                     origin: origin,
                     duration: duration,
                     inboxDepth: depth,
-                    effects: outers.compactMap(effect)
+                    effects: outers.compactMap(effect),
+                    firstEffect: first.advanced(by: offset)
                 )
             }
         case .eventRejected(let input, let reason):
             return event(input).map { .eventRejected($0, reason: reason) }
         case .eventDropped(let input):
             return event(input).map { .eventDropped($0) }
-        case .effectStarted(let outer, let lifecycle):
-            return effect(outer).map { .effectStarted($0, lifecycle: lifecycle) }
-        case .effectCompleted(let outer, let duration):
-            return effect(outer).map { .effectCompleted($0, duration: duration) }
-        case .effectFailed(let outer, let error, let mapped, let duration):
-            return effect(outer).map { .effectFailed($0, error: error, mappedTo: event(mapped), duration: duration) }
-        case .effectCancelled(let outer):
-            return effect(outer).map { .effectCancelled($0) }
-        case .effectTimedOut(let outer, let timeout, let mapped):
-            return effect(outer).map { .effectTimedOut($0, timeout: timeout, mappedTo: event(mapped)) }
-        case .effectAbandoned(let outer):
-            return effect(outer).map { .effectAbandoned($0) }
-        case .effectDropped(let outer):
-            return effect(outer).map { .effectDropped($0) }
+        case .effectStarted(let outer, let id, let lifecycle):
+            return effect(outer).map { .effectStarted($0, id: id, lifecycle: lifecycle) }
+        case .effectCompleted(let outer, let id, let duration):
+            return effect(outer).map { .effectCompleted($0, id: id, duration: duration) }
+        case .effectFailed(let outer, let id, let error, let mapped, let duration):
+            return effect(outer).map {
+                .effectFailed($0, id: id, error: error, mappedTo: event(mapped), duration: duration)
+            }
+        case .effectCancelled(let outer, let id):
+            return effect(outer).map { .effectCancelled($0, id: id) }
+        case .effectTimedOut(let outer, let id, let timeout, let mapped):
+            return effect(outer).map { .effectTimedOut($0, id: id, timeout: timeout, mappedTo: event(mapped)) }
+        case .effectAbandoned(let outer, let id):
+            return effect(outer).map { .effectAbandoned($0, id: id) }
+        case .effectDropped(let outer, let id):
+            return effect(outer).map { .effectDropped($0, id: id) }
         case .sourceFailed(let error):
             return .sourceFailed(error)
         case .sourceFinished:

@@ -75,8 +75,9 @@ public struct DurableProgram<State, Event, Effect> {
 /// What a durable loop processes: the program's events, what its callers ask, and what its store reports.
 public enum DurableInput<State, Event> {
     /// An event of the program, from a sender or an effect handler; `ticket` identifies a sender waiting
-    /// for it to be durable.
-    case event(Event, ticket: UInt64?)
+    /// for it to be durable; `context` is what the router's ``/EffectHandlers/EffectScope`` captured
+    /// where it was sent, handed to the scope around its effects (never recorded).
+    case event(Event, ticket: UInt64?, context: EffectContext = .none)
     /// An event from a caller that gave a key, or asks for a reply: a key already recorded is not applied
     /// again (see ``KeyWindow``).
     indirect case call(DurableCall<Event>)
@@ -99,9 +100,10 @@ public enum DurableInput<State, Event> {
 /// the store's work.
 public enum DurableEffect<State, Event, Effect> {
     /// An effect of the program, performed by its route; its handler sees `key` as
-    /// ``/EffectHandlers/IdempotencyKey/current``. A reply (see ``DurableProgram/replies``) is delivered
-    /// to the callers waiting for its reply address.
-    case effect(Effect, key: IdempotencyKey? = nil)
+    /// ``/EffectHandlers/IdempotencyKey/current``, and runs in the router's scope with `context`, its
+    /// event's. A reply (see ``DurableProgram/replies``) is delivered to the callers waiting for its
+    /// reply address.
+    case effect(Effect, key: IdempotencyKey? = nil, context: EffectContext = .none)
     /// Read the stream back: its latest snapshot, then every event after it folded through the update.
     case recover(stream: String)
     /// Append `events` to `stream`, which is at version `expecting`, each with its note (by position in
@@ -184,13 +186,16 @@ public struct DurableState<State, Event, Effect> {
         public var effects: [Effect]
         /// The ticket of a sender waiting for it.
         public var ticket: UInt64?
+        /// The context it was sent with, for the scope around its effects.
+        public var context: EffectContext
 
         /// Creates a pending event.
         @inlinable
-        public init(version: UInt64, effects: [Effect], ticket: UInt64?) {
+        public init(version: UInt64, effects: [Effect], ticket: UInt64?, context: EffectContext = .none) {
             self.version = version
             self.effects = effects
             self.ticket = ticket
+            self.context = context
         }
     }
 
@@ -271,15 +276,15 @@ extension DurableProgram {
         let (update, resume, replies) = (self.update, self.resume, self.replies)
         return Update { (durable: inout DurableState<State, Event, Effect>, input: DurableInput<State, Event>) in
             switch input {
-            case .event(let event, let ticket):
+            case .event(let event, let ticket, let context):
                 switch durable.phase {
                 case .recovering:
-                    durable.held.append(DurableCall(event: event, ticket: ticket))
+                    durable.held.append(DurableCall(event: event, ticket: ticket, context: context))
                     return []
                 case .failed(let reason):
                     return ticket.map { [.fail(stream: durable.stream, tickets: [$0], reason: reason)] } ?? []
                 case .running:
-                    durable.apply(event, ticket: ticket, note: nil, update: update, replies: replies)
+                    durable.apply(event, ticket: ticket, context: context, note: nil, update: update, replies: replies)
                     return durable.handOver(snapshotEvery: snapshotEvery)
                 }
             case .call(let call):
@@ -368,7 +373,11 @@ extension DurableProgram {
                                 delivery: ReplyDelivery(reply: found.reply, value: found.value)
                             )
                         } else {
-                            .effect(effect, key: IdempotencyKey(stream: stream, version: version, index: index))
+                            .effect(
+                                effect,
+                                key: IdempotencyKey(stream: stream, version: version, index: index),
+                                context: pending.context
+                            )
                         }
                     }
                     if let ticket = pending.ticket {
@@ -418,6 +427,7 @@ extension DurableState {
     mutating func apply(
         _ event: Event,
         ticket: UInt64?,
+        context: EffectContext = .none,
         note: EventNote?,
         update: Update<State, Event, Effect>,
         replies: ReplyRecording<Effect>?
@@ -450,7 +460,7 @@ extension DurableState {
         if !note.isEmpty { notes[unrecorded.count] = note }
         unrecorded.append(event)
         if !effects.isEmpty || ticket != nil {
-            pending.append(Pending(version: version, effects: effects, ticket: ticket))
+            pending.append(Pending(version: version, effects: effects, ticket: ticket, context: context))
         }
     }
 
@@ -467,7 +477,7 @@ extension DurableState {
         // A request's ticket only identifies it for a refusal: its caller waits for the reply, not the version.
         let ticket = call.reply == nil ? call.ticket : nil
         guard let key = call.key else {
-            apply(call.event, ticket: ticket, note: nil, update: update, replies: replies)
+            apply(call.event, ticket: ticket, context: call.context, note: nil, update: update, replies: replies)
             return []
         }
         guard let entry = keys[key] else {
@@ -478,7 +488,14 @@ extension DurableState {
                 reply: call.reply ?? 0
             )
             keys.insert(entry)
-            apply(call.event, ticket: ticket, note: EventNote(key: entry), update: update, replies: replies)
+            apply(
+                call.event,
+                ticket: ticket,
+                context: call.context,
+                note: EventNote(key: entry),
+                update: update,
+                replies: replies
+            )
             return []
         }
         guard entry.fingerprint == call.fingerprint else {
@@ -557,6 +574,30 @@ extension DurableState {
 extension DurableProgram: Sendable where State: Sendable {}
 extension DurableInput: Sendable where State: Sendable, Event: Sendable {}
 extension DurableInput: Equatable where State: Equatable, Event: Equatable {}
+
+extension DurableInput {
+    /// The program's event, if this is one (a plain one or a call).
+    @inlinable
+    var programEvent: Event? {
+        switch self {
+        case .event(let event, _, _): event
+        case .call(let call): call.event
+        default: nil
+        }
+    }
+
+    /// The same input, carrying `context` if it is a program's event (a plain one or a call).
+    @inlinable
+    func carrying(_ context: EffectContext) -> DurableInput {
+        switch self {
+        case .event(let event, let ticket, _): return .event(event, ticket: ticket, context: context)
+        case .call(var call):
+            call.context = context
+            return .call(call)
+        default: return self
+        }
+    }
+}
 extension DurableEffect: Sendable where State: Sendable, Event: Sendable, Effect: Sendable {}
 extension DurableEffect: Equatable where State: Equatable, Event: Equatable, Effect: Equatable {}
 extension DurableState.Pending: Sendable where Effect: Sendable {}

@@ -212,12 +212,16 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         failed: @escaping @Sendable (_ stream: String, _ reason: DurableFailure) -> Void = { _, _ in }
     ) -> EffectRouter<DurableEffect<State, Event, Effect>, DurableInput<State, Event>> {
         let storage = self
-        return effects.mapEvents { DurableInput.event($0, ticket: nil) }
+        let scope = effects.scope
+        // An event a handler sends carries what the scope captures in the handler (what its wrap set),
+        // kept with the event until its own effects run.
+        return effects.mapEvents { DurableInput.event($0, ticket: nil, context: EffectContext(scope?.captured())) }
             .pullback(
                 { (effect: DurableEffect<State, Event, Effect>) in
-                    if case .effect(let inner, _) = effect { inner } else { nil }
+                    if case .effect(let inner, _, _) = effect { inner } else { nil }
                 },
-                key: { effect in if case .effect(_, let key) = effect { key } else { nil } }
+                key: { effect in if case .effect(_, let key, _) = effect { key } else { nil } },
+                context: { effect in if case .effect(_, _, let context) = effect { context.carried } else { nil } }
             )
             .route(
                 { if case .recover(let stream) = $0 { stream } else { nil } },
@@ -301,6 +305,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 }
             )
             .stopLoop { if case .stop = $0 { failureGrace } else { nil } }
+            .scopeSeeingEvents { ($0 as? DurableInput<State, Event>)?.programEvent }
     }
 
     /// Reads `stream` back and sends the loop what it found.

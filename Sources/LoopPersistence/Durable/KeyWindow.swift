@@ -1,3 +1,4 @@
+public import EffectHandlers
 public import LoopCore
 
 /// The callers' keys an entity has recorded, newest last, at most ``capacity`` of them: what makes a
@@ -208,15 +209,25 @@ public struct DurableCall<Event> {
     public var reply: UInt64?
     /// The ticket of a sender waiting for the event to be durable.
     public var ticket: UInt64?
+    /// What the router's scope captured where the call was made, for the scope around the event's
+    /// effects (never recorded).
+    public var context: EffectContext
 
     /// Creates a call.
-    public init(event: Event, key: String? = nil, fingerprint: UInt64 = 0, reply: UInt64? = nil, ticket: UInt64? = nil)
-    {
+    public init(
+        event: Event,
+        key: String? = nil,
+        fingerprint: UInt64 = 0,
+        reply: UInt64? = nil,
+        ticket: UInt64? = nil,
+        context: EffectContext = .none
+    ) {
         self.event = event
         self.key = key
         self.fingerprint = fingerprint
         self.reply = reply
         self.ticket = ticket
+        self.context = context
     }
 }
 

@@ -40,6 +40,24 @@ struct CancelHandle: Sendable, Equatable {
     static func == (lhs: CancelHandle, rhs: CancelHandle) -> Bool { lhs.id == rhs.id }
 }
 
+/// An effect with its id (an ``EffectID``'s number), as the engine hands it out for reporting: one
+/// cancelled, abandoned or dropped.
+@usableFromInline
+struct IdentifiedEffect<Effect: Sendable>: Sendable {
+    @usableFromInline
+    var id: UInt64
+    @usableFromInline
+    var effect: Effect
+
+    @inlinable
+    init(_ id: UInt64, _ effect: Effect) {
+        self.id = id
+        self.effect = effect
+    }
+}
+
+extension IdentifiedEffect: Equatable where Effect: Equatable {}
+
 /// An asynchronous effect the engine let in: what its task runs. Equal by id, effect and lifecycle.
 @usableFromInline
 struct Admitted<Effect: Sendable, Event: Sendable>: Sendable {
@@ -89,19 +107,19 @@ extension Admitted: Equatable where Effect: Equatable {
 enum Admission<Effect: Sendable, Event: Sendable> {
     /// Start it: first call `cancelling` (a `latest` effect replaces those with its key) and report
     /// `cancelled`, queued effects that now never start.
-    case start(Admitted<Effect, Event>, cancelling: [CancelHandle], cancelled: [Effect])
+    case start(Admitted<Effect, Event>, cancelling: [CancelHandle], cancelled: [IdentifiedEffect<Effect>])
     /// It waits behind the running effect with its key; it starts when that one ends.
     case queued
     /// Dropped: an effect with its key is running (`dropIfRunning`).
     case dropped
     /// A `cancel` effect: call `cancelling`, report `cancelled`; the effect itself starts nothing.
-    case cancel(cancelling: [CancelHandle], cancelled: [Effect])
+    case cancel(cancelling: [CancelHandle], cancelled: [IdentifiedEffect<Effect>])
     /// A throttled effect that starts now and opens an interval of its key: start it, and end the
     /// interval after `interval` (``LoopEngine/intervalEnded(_:)``).
     case throttled(Admitted<Effect, Event>, interval: Duration)
     /// A throttled effect that waits for the end of its key's interval; it replaced `replacing`, which
     /// was waiting and is now dropped.
-    case held(replacing: Effect?)
+    case held(replacing: IdentifiedEffect<Effect>?)
 }
 
 extension Admission: Equatable where Effect: Equatable {}
@@ -143,22 +161,28 @@ final class Decisions<Effect: Sendable, Event: Sendable> {
 /// The effects of one event (or of the program's start), with the decisions the engine took for them
 /// in the same hold of the lock as the update. The driver goes through `effects` in order: an effect
 /// with a decision follows it; any other is synchronous (run inline) or unrouted (reported failed).
+/// The effect at offset `n` has id `firstID + n`.
 @usableFromInline
 struct Dispatch<Effect: Sendable, Event: Sendable> {
     @usableFromInline
     var effects: [Effect]
     @usableFromInline
     var decided: Decisions<Effect, Event>?
+    /// The id of the first effect; the others' follow.
+    @usableFromInline
+    var firstID: UInt64
 
     @inlinable
-    init(effects: [Effect] = [], decided: Decisions<Effect, Event>? = nil) {
+    init(effects: [Effect] = [], firstID: UInt64 = 0, decided: Decisions<Effect, Event>? = nil) {
         self.effects = effects
+        self.firstID = firstID
         self.decided = decided
     }
 
     @inlinable
-    init(effects: [Effect], decisions: [Decision<Effect, Event>], host: Host?) {
+    init(effects: [Effect], firstID: UInt64, decisions: [Decision<Effect, Event>], host: Host?) {
         self.effects = effects
+        self.firstID = firstID
         self.decided = decisions.isEmpty ? nil : Decisions(decisions, host: host)
     }
 
@@ -175,10 +199,11 @@ struct Dispatch<Effect: Sendable, Event: Sendable> {
 }
 
 extension Dispatch: Equatable where Effect: Equatable {
-    /// Equal when the same effects, decisions and host.
+    /// Equal when the same effects, ids, decisions and host.
     @inlinable
     static func == (lhs: Dispatch, rhs: Dispatch) -> Bool {
-        lhs.effects == rhs.effects && lhs.decisions == rhs.decisions && lhs.host === rhs.host
+        lhs.effects == rhs.effects && lhs.firstID == rhs.firstID && lhs.decisions == rhs.decisions
+            && lhs.host === rhs.host
     }
 }
 
@@ -273,10 +298,10 @@ struct Finish<State: Sendable, Event: Sendable, Effect: Sendable> {
     var dropped: [Event] = []
     /// Queued effects that now never start.
     @usableFromInline
-    var cancelled: [Effect] = []
+    var cancelled: [IdentifiedEffect<Effect>] = []
     /// Effects still running, which the loop cancels and no longer waits for.
     @usableFromInline
-    var abandoned: [Effect] = []
+    var abandoned: [IdentifiedEffect<Effect>] = []
     /// The cancel handles of the abandoned effects that run in tasks of their own.
     @usableFromInline
     var cancelling: [CancelHandle] = []

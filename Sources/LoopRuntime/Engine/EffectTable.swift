@@ -47,6 +47,8 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     @usableFromInline
     struct Ended {
         @usableFromInline
+        var id: UInt64
+        @usableFromInline
         var effect: Effect
         @usableFromInline
         var outcome: EffectOutcome
@@ -55,15 +57,17 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         var next: Admitted<Effect, Event>?
 
         @inlinable
-        init(effect: Effect, outcome: EffectOutcome, next: Admitted<Effect, Event>?) {
+        init(id: UInt64, effect: Effect, outcome: EffectOutcome, next: Admitted<Effect, Event>?) {
+            self.id = id
             self.effect = effect
             self.outcome = outcome
             self.next = next
         }
     }
 
+    /// The id of the last effect given one: every effect an update returns gets the next.
     @usableFromInline
-    var nextID: UInt64 = 0
+    var lastID: UInt64 = 0
     @usableFromInline
     var running: [UInt64: Running] = [:]
     /// How many effects of each key are running (asked to cancel or not).
@@ -103,13 +107,22 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         running.isEmpty && queuedCount == 0 && uncounted == 0 && !windows.values.contains { $0.pending != nil }
     }
 
+    /// Gives ids to the `count` effects an update returned: the first one's; the others' follow it.
+    @inlinable
+    mutating func reserveIDs(_ count: Int) -> UInt64 {
+        let first = lastID &+ 1
+        lastID &+= UInt64(truncatingIfNeeded: count)
+        return first
+    }
+
     /// Whether `id` is running and has not been resolved (timed out, abandoned).
     @inlinable
     func isLive(_ id: UInt64) -> Bool { running[id] != nil }
 
-    /// Decides how an asynchronous effect is let in according to its lifecycle.
+    /// Decides how asynchronous effect `id` is let in according to its lifecycle.
     @inlinable
     mutating func admit(
+        _ id: UInt64,
         _ effect: Effect,
         _ lifecycle: EffectLifecycle,
         _ perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void,
@@ -118,14 +131,13 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         report: inout LoopReport
     ) -> Admission<Effect, Event> {
         var cancelling: [CancelHandle] = []
-        var cancelled: [Effect] = []
+        var cancelled: [IdentifiedEffect<Effect>] = []
         if let key = lifecycle.key {
             let busy = activeByKey[key] != nil || queuedByKey[key] != nil
             switch lifecycle.policy {
             case .serial where busy:
-                nextID &+= 1
                 queuedByKey[key, default: Inbox()]
-                    .append(Admitted(id: nextID, effect: effect, lifecycle: lifecycle, perform: perform))
+                    .append(Admitted(id: id, effect: effect, lifecycle: lifecycle, perform: perform))
                 queuedCount += 1
                 return .queued
             case .dropIfRunning where busy:
@@ -137,13 +149,12 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
                 let (handles, queued) = cancel(key, report: &report)
                 return .cancel(cancelling: handles, cancelled: queued)
             case .throttle:
-                return throttle(effect, lifecycle, perform, key: key, holds: holds, report: &report)
+                return throttle(id, effect, lifecycle, perform, key: key, holds: holds, report: &report)
             default:
                 break
             }
         }
-        nextID &+= 1
-        let admitted = Admitted(id: nextID, effect: effect, lifecycle: lifecycle, perform: perform, start: start)
+        let admitted = Admitted(id: id, effect: effect, lifecycle: lifecycle, perform: perform, start: start)
         enroll(admitted, report: &report)
         return .start(admitted, cancelling: cancelling, cancelled: cancelled)
     }
@@ -153,6 +164,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     /// effect within an interval is dropped.
     @inlinable
     mutating func throttle(
+        _ id: UInt64,
         _ effect: Effect,
         _ lifecycle: EffectLifecycle,
         _ perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void,
@@ -161,8 +173,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         report: inout LoopReport
     ) -> Admission<Effect, Event> {
         guard var window = windows[key] else {
-            nextID &+= 1
-            let admitted = Admitted(id: nextID, effect: effect, lifecycle: lifecycle, perform: perform)
+            let admitted = Admitted(id: id, effect: effect, lifecycle: lifecycle, perform: perform)
             windows[key] = Window()
             enroll(admitted, report: &report)
             return .throttled(admitted, interval: lifecycle.interval ?? .zero)
@@ -171,10 +182,9 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
             report.effectsDropped += 1
             return .dropped
         }
-        nextID &+= 1
-        let replaced = window.pending?.effect
+        let replaced = window.pending.map { IdentifiedEffect($0.id, $0.effect) }
         if replaced != nil { report.effectsDropped += 1 }
-        window.pending = Admitted(id: nextID, effect: effect, lifecycle: lifecycle, perform: perform)
+        window.pending = Admitted(id: id, effect: effect, lifecycle: lifecycle, perform: perform)
         windows[key] = window
         return .held(replacing: replaced)
     }
@@ -207,15 +217,15 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     /// Returns the handles that stop the waits under way, and the waiting throttled effects, which are
     /// counted cancelled here (the delayed ones are counted as their tasks end).
     @inlinable
-    mutating func cancelWaiting(report: inout LoopReport) -> ([CancelHandle], [Effect]) {
+    mutating func cancelWaiting(report: inout LoopReport) -> ([CancelHandle], [IdentifiedEffect<Effect>]) {
         var handles: [CancelHandle] = []
         for (id, entry) in running where entry.delayed && !entry.begun && !entry.cancelRequested {
             running[id]?.cancelRequested = true
             if let cancel = entry.cancel { handles.append(cancel) }
         }
-        var cancelled: [Effect] = []
+        var cancelled: [IdentifiedEffect<Effect>] = []
         for key in windows.keys {
-            if let pending = windows[key]?.pending { cancelled.append(pending.effect) }
+            if let pending = windows[key]?.pending { cancelled.append(IdentifiedEffect(pending.id, pending.effect)) }
             windows[key]?.pending = nil
         }
         report.effectsCancelled += cancelled.count
@@ -247,7 +257,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     /// Asks every effect with `key` to stop: the cancel handles of those running, and the queued ones,
     /// which never start.
     @inlinable
-    mutating func cancel(_ key: EffectKey, report: inout LoopReport) -> ([CancelHandle], [Effect]) {
+    mutating func cancel(_ key: EffectKey, report: inout LoopReport) -> ([CancelHandle], [IdentifiedEffect<Effect>]) {
         var handles: [CancelHandle] = []
         for id in (cancellableByKey.removeValue(forKey: key) ?? []).sorted() {
             guard var entry = running[id], !entry.cancelRequested else { continue }
@@ -256,11 +266,11 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
             running[id] = entry
         }
         var waiting = queuedByKey.removeValue(forKey: key) ?? Inbox()
-        var queued = waiting.removeAll().map { $0.effect }
+        var queued = waiting.removeAll().map { IdentifiedEffect($0.id, $0.effect) }
         queuedCount -= queued.count
         if let pending = windows[key]?.pending {
             windows[key]?.pending = nil
-            queued.append(pending.effect)
+            queued.append(IdentifiedEffect(pending.id, pending.effect))
         }
         report.effectsCancelled += queued.count
         return (handles, queued)
@@ -286,7 +296,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         if !admitted.isControlled && !tracksAll {
             uncounted -= 1
             Self.count(result, report: &report)
-            return Ended(effect: admitted.effect, outcome: result, next: nil)
+            return Ended(id: admitted.id, effect: admitted.effect, outcome: result, next: nil)
         }
         guard let entry = running.removeValue(forKey: admitted.id) else { return nil }
         let outcome = entry.cancelRequested ? .cancelled : result
@@ -296,6 +306,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
             report.effectsCancelled += 1
         }
         return Ended(
+            id: admitted.id,
             effect: entry.effect,
             outcome: outcome,
             next: release(admitted.id, key: entry.key, report: &report)
@@ -332,6 +343,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         let outcome: EffectOutcome = entry.cancelRequested ? .cancelled : .timedOut(timeout)
         Self.count(outcome, report: &report)
         let ended = Ended(
+            id: id,
             effect: entry.effect,
             outcome: outcome,
             next: release(id, key: entry.key, report: &report)
@@ -360,22 +372,26 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     @inlinable
     mutating func abandonAll(
         report: inout LoopReport
-    ) -> (abandoned: [Effect], cancelling: [CancelHandle], cancelled: [Effect]) {
-        var abandoned: [Effect] = []
+    ) -> (abandoned: [IdentifiedEffect<Effect>], cancelling: [CancelHandle], cancelled: [IdentifiedEffect<Effect>]) {
+        var abandoned: [IdentifiedEffect<Effect>] = []
         var cancelling: [CancelHandle] = []
-        var cancelled: [Effect] = []
-        for (_, entry) in running.sorted(by: { $0.key < $1.key }) {
+        var cancelled: [IdentifiedEffect<Effect>] = []
+        for (id, entry) in running.sorted(by: { $0.key < $1.key }) {
             if entry.begun {
-                abandoned.append(entry.effect)
+                abandoned.append(IdentifiedEffect(id, entry.effect))
                 if let cancel = entry.cancel { cancelling.append(cancel) }
             } else {
-                cancelled.append(entry.effect)
+                cancelled.append(IdentifiedEffect(id, entry.effect))
             }
         }
         for key in queuedByKey.keys {
-            for queued in queuedByKey[key]?.removeAll() ?? [] { cancelled.append(queued.effect) }
+            for queued in queuedByKey[key]?.removeAll() ?? [] {
+                cancelled.append(IdentifiedEffect(queued.id, queued.effect))
+            }
         }
-        for window in windows.values { if let pending = window.pending { cancelled.append(pending.effect) } }
+        for window in windows.values {
+            if let pending = window.pending { cancelled.append(IdentifiedEffect(pending.id, pending.effect)) }
+        }
         windows = [:]
         report.effectsAbandoned += abandoned.count + uncounted
         uncounted = 0

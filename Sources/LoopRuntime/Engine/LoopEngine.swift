@@ -82,7 +82,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             Host?,
             senders: [TurnedAway<Event>],
             cancelling: [CancelHandle] = [],
-            cancelled: [Effect] = [],
+            cancelled: [IdentifiedEffect<Effect>] = [],
             finish: Finish<State, Event, Effect>?
         )
         /// The loop had never run: it stopped for good.
@@ -92,6 +92,9 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// What an effect's end did.
     @usableFromInline
     struct EffectEnd {
+        /// The effect's id.
+        @usableFromInline
+        var id: UInt64
         /// The effect.
         @usableFromInline
         var effect: Effect
@@ -111,12 +114,14 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
         @inlinable
         init(
+            id: UInt64,
             effect: Effect,
             outcome: EffectOutcome,
             mapped: Event?,
             next: Dispatch<Effect, Event>?,
             finish: Finish<State, Event, Effect>?
         ) {
+            self.id = id
             self.effect = effect
             self.outcome = outcome
             self.mapped = mapped
@@ -168,13 +173,18 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     var requests: [any PendingRequest] = []
 
     @inlinable
-    init(machine: Machine<State, Event, Effect>, router: EffectRouter<Effect, Event>, policy: InboxPolicy, timed: Bool)
-    {
+    init(
+        machine: Machine<State, Event, Effect>,
+        router: EffectRouter<Effect, Event>,
+        policy: InboxPolicy,
+        timed: Bool,
+        tracksEffects: Bool? = nil
+    ) {
         self.machine = machine
         self.router = router
         self.policy = policy
         self.timed = timed
-        self.effects = EffectTable(tracksAll: timed)
+        self.effects = EffectTable(tracksAll: tracksEffects ?? timed)
     }
 
     // MARK: Queries
@@ -266,7 +276,9 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             lifecycle = .running(host, draining: true)
             let waiters = startWaiters.filter { !$0.untilStop }.map { $0.waiter }
             startWaiters.removeAll { !$0.untilStop }
-            return .started(decide(effects), startWaiters: waiters)
+            let dispatch =
+                effects.isEmpty ? Dispatch() : decide(effects, firstID: self.effects.reserveIDs(effects.count))
+            return .started(dispatch, startWaiters: waiters)
         case .running, .stopping:
             return .refused(.alreadyRunning)
         case .stopped:
@@ -417,12 +429,18 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             produced = machine.process(envelope.event)
         }
         report.eventsProcessed += 1
+        var dispatch = Dispatch<Effect, Event>()
+        if !produced.isEmpty {
+            let first = effects.reserveIDs(produced.count)
+            dispatch =
+                router.hasAsyncRoutes
+                ? decide(produced, firstID: first, context: envelope.context)
+                : Dispatch(effects: produced, firstID: first)
+        }
         var step = Step<State, Event, Effect>(
             event: envelope.event,
             origin: envelope.origin,
-            dispatch: produced.isEmpty
-                ? Dispatch()
-                : router.hasAsyncRoutes ? decide(produced, context: envelope.context) : Dispatch(effects: produced),
+            dispatch: dispatch,
             duration: duration,
             inboxDepth: inbox.count,
             context: envelope.context
@@ -438,10 +456,15 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         return step
     }
 
-    /// Decides, in order, what happens to each asynchronous effect of `effects` and to each unrouted one
-    /// that cancels a key; synchronous and other unrouted effects are left to the driver.
+    /// Decides, in order, what happens to each asynchronous effect of `effects` (whose ids follow
+    /// `firstID`) and to each unrouted one that cancels a key; synchronous and other unrouted effects are
+    /// left to the driver.
     @inlinable
-    mutating func decide(_ effects: [Effect], context: CarriedContext? = nil) -> Dispatch<Effect, Event> {
+    mutating func decide(
+        _ effects: [Effect],
+        firstID: UInt64,
+        context: CarriedContext? = nil
+    ) -> Dispatch<Effect, Event> {
         var decisions: [Decision<Effect, Event>] = []
         for index in effects.indices {
             let effect = effects[index]
@@ -491,11 +514,19 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             decisions.append(
                 Decision(
                     index,
-                    self.effects.admit(effect, lifecycle, perform, start: start, holds: holding, report: &report)
+                    self.effects.admit(
+                        firstID &+ UInt64(index),
+                        effect,
+                        lifecycle,
+                        perform,
+                        start: start,
+                        holds: holding,
+                        report: &report
+                    )
                 )
             )
         }
-        return Dispatch(effects: effects, decisions: decisions, host: decisions.isEmpty ? nil : host)
+        return Dispatch(effects: effects, firstID: firstID, decisions: decisions, host: decisions.isEmpty ? nil : host)
     }
 
     /// Parks a task until nobody processes events and none are queued; `false` if that is already so.
@@ -673,6 +704,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         guard !isStopped, let (admitted, interval) = effects.intervalEnded(key, report: &report) else { return nil }
         return Dispatch(
             effects: [admitted.effect],
+            firstID: admitted.id,
             decisions: [Decision(0, .throttled(admitted, interval: interval))],
             host: host
         )
@@ -715,11 +747,13 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         let next = ended.next.map {
             Dispatch(
                 effects: [$0.effect],
+                firstID: $0.id,
                 decisions: [Decision(0, .start($0, cancelling: [], cancelled: []))],
                 host: host
             )
         }
         return EffectEnd(
+            id: ended.id,
             effect: ended.effect,
             outcome: ended.outcome,
             mapped: mapped,
@@ -793,7 +827,8 @@ extension LoopEngine.Stop: Equatable where Event: Equatable, Effect: Equatable {
 extension LoopEngine.EffectEnd: Equatable where Event: Equatable, Effect: Equatable {
     @inlinable
     static func == (lhs: Self, rhs: Self) -> Bool {
-        lhs.effect == rhs.effect && lhs.outcome == rhs.outcome && lhs.mapped == rhs.mapped && lhs.next == rhs.next
+        lhs.id == rhs.id && lhs.effect == rhs.effect && lhs.outcome == rhs.outcome && lhs.mapped == rhs.mapped
+            && lhs.next == rhs.next
             && lhs.finish == rhs.finish
     }
 }

@@ -7,7 +7,9 @@ extension Loop {
     /// a controlled one when its task begins, since its key can cancel it before.
     @inlinable
     func spawn(_ admitted: Admitted<Effect, Event>, on host: Host?) {
-        if !admitted.isControlled { observe(.effectStarted(admitted.effect, lifecycle: admitted.lifecycle)) }
+        if !admitted.isControlled {
+            observe(.effectStarted(admitted.effect, id: EffectID(rawValue: admitted.id), lifecycle: admitted.lifecycle))
+        }
         if let start = admitted.start, !admitted.isControlled {
             return startInline(admitted, start, on: host)
         }
@@ -111,7 +113,7 @@ extension Loop {
         guard storage.withLock({ $0.begin(id, cancel: CancelHandle(id: id) { run.cancel() }) }) else {
             return ended(admitted, .cancelled)
         }
-        observe(.effectStarted(admitted.effect, lifecycle: admitted.lifecycle))
+        observe(.effectStarted(admitted.effect, id: EffectID(rawValue: id), lifecycle: admitted.lifecycle))
         let start = context.sink == nil ? nil : ContinuousClock.now
         let timeout = admitted.lifecycle.timeout
         // A timed effect's events are taken only while it has not timed out.
@@ -193,15 +195,16 @@ extension Loop {
     /// and finishes the loop's shutdown if that was the last thing it waited for.
     @inlinable
     func report(_ end: LoopEngine<State, Event, Effect>.EffectEnd, duration: Duration) {
+        let id = EffectID(rawValue: end.id)
         switch end.outcome {
         case .completed:
-            observe(.effectCompleted(end.effect, duration: duration))
+            observe(.effectCompleted(end.effect, id: id, duration: duration))
         case .failed(let error):
-            observe(.effectFailed(end.effect, error: error, mappedTo: end.mapped, duration: duration))
+            observe(.effectFailed(end.effect, id: id, error: error, mappedTo: end.mapped, duration: duration))
         case .cancelled:
-            observe(.effectCancelled(end.effect))
+            observe(.effectCancelled(end.effect, id: id))
         case .timedOut(let timeout):
-            observe(.effectTimedOut(end.effect, timeout: timeout, mappedTo: end.mapped))
+            observe(.effectTimedOut(end.effect, id: id, timeout: timeout, mappedTo: end.mapped))
         }
         if let mapped = end.mapped {
             let (reception, finish) = storage.withLock { $0.receiveMapped(mapped) }

@@ -184,7 +184,7 @@ extension Loop {
             }
             observe(.stopping)
             for handle in cancelling { handle.cancel() }
-            for effect in cancelled { observe(.effectCancelled(effect)) }
+            for effect in cancelled { observe(.effectCancelled(effect.effect, id: EffectID(rawValue: effect.id))) }
             if let finish { complete(finish) }
             return host
         case .finished(let finish):

@@ -12,13 +12,17 @@ extension Loop {
             // Moved out, not copied: a copy retains and releases everything the step holds.
             if let current = step.take() {
                 if let duration = current.duration {
+                    if let scope = context.router.scope, scope.seesEvents {
+                        scope.processed(current.event, context: current.context, update: duration)
+                    }
                     observe(
                         .eventProcessed(
                             current.event,
                             origin: current.origin,
                             duration: duration,
                             inboxDepth: current.inboxDepth,
-                            effects: current.dispatch.effects
+                            effects: current.dispatch.effects,
+                            firstEffect: EffectID(rawValue: current.dispatch.firstID)
                         )
                     )
                 }
@@ -51,27 +55,32 @@ extension Loop {
     @inlinable
     func dispatch(_ dispatch: Dispatch<Effect, Event>, send: Send<Event>, context carried: CarriedContext? = nil) {
         // Most events decide nothing (synchronous effects only): no decision list to walk.
+        var id = dispatch.firstID
         guard let decided = dispatch.decided else {
-            for effect in dispatch.effects { performUndecided(effect, send: send, context: carried) }
+            for effect in dispatch.effects {
+                performUndecided(effect, id: id, send: send, context: carried)
+                id &+= 1
+            }
             return
         }
         var next = 0
         for (index, effect) in dispatch.effects.enumerated() {
             if next < decided.list.count, decided.list[next].index == index {
-                apply(decided.list[next].admission, to: effect, on: decided.host)
+                apply(decided.list[next].admission, to: effect, id: id, on: decided.host)
                 next += 1
             } else {
-                performUndecided(effect, send: send, context: carried)
+                performUndecided(effect, id: id, send: send, context: carried)
             }
+            id &+= 1
         }
     }
 
     /// Performs an effect the engine took no decision for: it stops the loop, runs inline, or is
     /// reported failed (unrouted).
     @inlinable
-    func performUndecided(_ effect: Effect, send: Send<Event>, context carried: CarriedContext? = nil) {
+    func performUndecided(_ effect: Effect, id: UInt64, send: Send<Event>, context carried: CarriedContext? = nil) {
         if let stopRequest = context.router.stopRequest, let gracePeriod = stopRequest(effect) {
-            return stopItself(gracePeriod: gracePeriod, asked: effect)
+            return stopItself(gracePeriod: gracePeriod, asked: effect, id: id)
         }
         switch context.router.performer(for: effect) {
         case .sync(let perform):
@@ -80,12 +89,13 @@ extension Loop {
                 scope.carrying(carried) {
                     performSync(
                         effect,
+                        id: id,
                         { effect, send in try scope.run(carried, effect) { try perform(effect, send) } },
                         send: send
                     )
                 }
             } else {
-                performSync(effect, perform, send: send)
+                performSync(effect, id: id, perform, send: send)
             }
         case nil where context.router.lifecycle(of: effect).policy == .cancel:
             // A `cancel` effect needs no route; with no asynchronous route there is nothing to cancel.
@@ -94,35 +104,36 @@ extension Loop {
             // The engine decides every asynchronous effect, so `.async` is never reached here; were it,
             // the effect would be reported rather than lost, as an unrouted one is.
             countSync(completed: false)
-            reportFailure(of: effect, EffectError.unrouted, send: send)
+            reportFailure(of: effect, id: id, EffectError.unrouted, send: send)
         }
     }
 
     @inlinable
-    func apply(_ admission: Admission<Effect, Event>, to effect: Effect, on host: Host?) {
+    func apply(_ admission: Admission<Effect, Event>, to effect: Effect, id: UInt64, on host: Host?) {
         switch admission {
         case .start(let admitted, let cancelling, let cancelled):
             for handle in cancelling { handle.cancel() }
-            for queued in cancelled { observe(.effectCancelled(queued)) }
+            for queued in cancelled { observe(.effectCancelled(queued.effect, id: EffectID(rawValue: queued.id))) }
             spawn(admitted, on: host)
         case .queued:
             break
         case .dropped:
-            observe(.effectDropped(effect))
+            observe(.effectDropped(effect, id: EffectID(rawValue: id)))
         case .cancel(let cancelling, let cancelled):
             for handle in cancelling { handle.cancel() }
-            for queued in cancelled { observe(.effectCancelled(queued)) }
+            for queued in cancelled { observe(.effectCancelled(queued.effect, id: EffectID(rawValue: queued.id))) }
         case .throttled(let admitted, let interval):
             spawn(admitted, on: host)
             if let key = admitted.lifecycle.key { endInterval(of: key, after: interval, on: host) }
         case .held(let replaced):
-            if let replaced { observe(.effectDropped(replaced)) }
+            if let replaced { observe(.effectDropped(replaced.effect, id: EffectID(rawValue: replaced.id))) }
         }
     }
 
     @inlinable
     func performSync(
         _ effect: Effect,
+        id: UInt64,
         _ perform: @Sendable (Effect, Send<Event>) throws -> Void,
         send: Send<Event>
     ) {
@@ -132,40 +143,50 @@ extension Loop {
                 countSync(completed: true)
             } catch {
                 countSync(completed: false)
-                reportFailure(of: effect, error, send: send)
+                reportFailure(of: effect, id: id, error, send: send)
             }
             return
         }
-        observe(.effectStarted(effect, lifecycle: context.router.lifecycle(of: effect)))
+        let effectID = EffectID(rawValue: id)
+        observe(.effectStarted(effect, id: effectID, lifecycle: context.router.lifecycle(of: effect)))
         let start = ContinuousClock.now
         do {
             try perform(effect, send)
             countSync(completed: true)
-            observe(.effectCompleted(effect, duration: ContinuousClock.now - start))
+            observe(.effectCompleted(effect, id: effectID, duration: ContinuousClock.now - start))
         } catch {
             countSync(completed: false)
-            reportFailure(of: effect, error, send: send, duration: ContinuousClock.now - start)
+            reportFailure(of: effect, id: id, error, send: send, duration: ContinuousClock.now - start)
         }
     }
 
     /// The program asked, with `effect`, to stop its loop within `gracePeriod`.
     @usableFromInline
-    func stopItself(gracePeriod: Duration, asked effect: Effect) {
-        if context.sink != nil { observe(.effectStarted(effect, lifecycle: context.router.lifecycle(of: effect))) }
+    func stopItself(gracePeriod: Duration, asked effect: Effect, id: UInt64) {
+        let effectID = EffectID(rawValue: id)
+        if context.sink != nil {
+            observe(.effectStarted(effect, id: effectID, lifecycle: context.router.lifecycle(of: effect)))
+        }
         countSync(completed: true)
         if let notifyGroup {
             notifyGroup(self, .stopRequested)
         } else {
             stop(gracePeriod: gracePeriod)
         }
-        observe(.effectCompleted(effect, duration: .zero))
+        observe(.effectCompleted(effect, id: effectID, duration: .zero))
     }
 
     /// Reports a failed synchronous effect and sends the event the program maps its error to, if any.
     @inlinable
-    func reportFailure(of effect: Effect, _ error: any Error, send: Send<Event>, duration: Duration = .zero) {
+    func reportFailure(
+        of effect: Effect,
+        id: UInt64,
+        _ error: any Error,
+        send: Send<Event>,
+        duration: Duration = .zero
+    ) {
         let mapped = context.router.event(for: error, of: effect)
-        observe(.effectFailed(effect, error: error, mappedTo: mapped, duration: duration))
+        observe(.effectFailed(effect, id: EffectID(rawValue: id), error: error, mappedTo: mapped, duration: duration))
         if let mapped { send(mapped) }
     }
 
@@ -183,8 +204,8 @@ extension Loop {
         for waiter in finish.idleWaiters { waiter.resume() }
         for handle in finish.cancelling { handle.cancel() }
         for event in finish.dropped { observe(.eventDropped(event)) }
-        for effect in finish.cancelled { observe(.effectCancelled(effect)) }
-        for effect in finish.abandoned { observe(.effectAbandoned(effect)) }
+        for effect in finish.cancelled { observe(.effectCancelled(effect.effect, id: EffectID(rawValue: effect.id))) }
+        for effect in finish.abandoned { observe(.effectAbandoned(effect.effect, id: EffectID(rawValue: effect.id))) }
         if context.sink != nil { observe(.stopped(report)) }
         notifyGroup?(self, .stopped)
         finish.host?.leave()

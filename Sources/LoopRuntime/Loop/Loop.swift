@@ -98,7 +98,9 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
                 machine: Machine(state: first.state, update: program.update),
                 router: context.router,
                 policy: context.inbox,
-                timed: context.sink != nil
+                // A scope told of each event needs its update's duration too, as an observer does.
+                timed: context.sink != nil || context.router.scope?.seesEvents == true,
+                tracksEffects: context.sink != nil
             )
         )
         self.firstEffects = first.effects

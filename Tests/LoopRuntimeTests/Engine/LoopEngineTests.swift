@@ -69,6 +69,7 @@ import Testing
         _ event: Ev,
         origin: EventOrigin = .outside,
         effects: [Fx] = [],
+        first: UInt64 = 0,
         decisions: [Decision<Fx, Ev>] = [],
         depth: Int = 0
     )
@@ -77,7 +78,12 @@ import Testing
         Step(
             event: event,
             origin: origin,
-            dispatch: Dispatch(effects: effects, decisions: decisions, host: decisions.isEmpty ? nil : host),
+            dispatch: Dispatch(
+                effects: effects,
+                firstID: first,
+                decisions: decisions,
+                host: decisions.isEmpty ? nil : host
+            ),
             duration: nil,
             inboxDepth: depth
         )
@@ -87,23 +93,32 @@ import Testing
         Admitted(id: id, effect: effect, lifecycle: effect.lifecycle) { _, _ in }
     }
 
-    func start(_ id: UInt64, _ effect: Fx, cancelling: [UInt64] = [], cancelled: [Fx] = []) -> Admission<Fx, Ev> {
-        .start(admitted(id, effect), cancelling: cancelling.map { CancelHandle(id: $0) {} }, cancelled: cancelled)
+    func start(
+        _ id: UInt64,
+        _ effect: Fx,
+        cancelling: [UInt64] = [],
+        cancelled: [(UInt64, Fx)] = []
+    ) -> Admission<Fx, Ev> {
+        .start(
+            admitted(id, effect),
+            cancelling: cancelling.map { CancelHandle(id: $0) {} },
+            cancelled: cancelled.map { IdentifiedEffect($0, $1) }
+        )
     }
 
     func finish(
         _ ending: LoopReport.Ending,
         host: Host?,
         dropped: [Ev] = [],
-        cancelled: [Fx] = [],
-        abandoned: [Fx] = []
+        cancelled: [(UInt64, Fx)] = [],
+        abandoned: [(UInt64, Fx)] = []
     )
         -> Finish<Int, Ev, Fx>
     {
         var finish = Finish<Int, Ev, Fx>(ending: ending, host: host)
         finish.dropped = dropped
-        finish.cancelled = cancelled
-        finish.abandoned = abandoned
+        finish.cancelled = cancelled.map { IdentifiedEffect($0, $1) }
+        finish.abandoned = abandoned.map { IdentifiedEffect($0, $1) }
         return finish
     }
 
@@ -122,7 +137,12 @@ import Testing
         #expect(
             action2
                 == .started(
-                    Dispatch(effects: [.async("boot")], decisions: [Decision(0, start(1, .async("boot")))], host: host),
+                    Dispatch(
+                        effects: [.async("boot")],
+                        firstID: 1,
+                        decisions: [Decision(0, start(1, .async("boot")))],
+                        host: host
+                    ),
                     startWaiters: []
                 )
         )
@@ -135,7 +155,7 @@ import Testing
         _ = engine.receive(.emit([.sync("s")]), from: .outside)
         _ = engine.claim(host, first: [])
         let action3 = engine.nextStep()
-        #expect(action3 == .step(step(.emit([.sync("s")]), effects: [.sync("s")])))
+        #expect(action3 == .step(step(.emit([.sync("s")]), effects: [.sync("s")], first: 1)))
         let action4 = engine.nextStep()
         #expect(action4 == .idle)
         #expect(engine.machine.state == 1 && engine.lifecycle == .running(host, draining: false))
@@ -188,7 +208,7 @@ import Testing
     @Test func anEventWithEffectsHandsTheCallerTheBaton() {
         var engine = running()
         let action10 = engine.receive(.emit([.sync("s")]), from: .source)
-        #expect(action10 == .step(step(.emit([.sync("s")]), origin: .source, effects: [.sync("s")])))
+        #expect(action10 == .step(step(.emit([.sync("s")]), origin: .source, effects: [.sync("s")], first: 1)))
         #expect(engine.lifecycle == .running(host, draining: true))
     }
 
@@ -317,6 +337,7 @@ import Testing
         #expect(
             action25
                 == Engine.EffectEnd(
+                    id: 1,
                     effect: .async("a"),
                     outcome: .completed,
                     mapped: nil,
@@ -335,6 +356,7 @@ import Testing
         #expect(
             action26
                 == Engine.EffectEnd(
+                    id: 1,
                     effect: .async("mapped"),
                     outcome: .failed(Failure()),
                     mapped: .add(100),
@@ -374,7 +396,7 @@ import Testing
         _ = engine.receive(.emit([.async("a")]), from: .outside)
         _ = engine.nextStep()
         let action30 = engine.expire(.cancelled)
-        #expect(action30 == finish(.cancelled, host: host, abandoned: [.async("a")]))
+        #expect(action30 == finish(.cancelled, host: host, abandoned: [(1, .async("a"))]))
     }
 
     // MARK: stopped
@@ -416,7 +438,9 @@ import Testing
                     step(
                         .emit([.sync("s"), .async("a")]),
                         effects: [.sync("s"), .async("a")],
-                        decisions: [Decision(1, start(1, .async("a")))]
+                        first: 1,
+                        // Every effect the update returned has an id, the synchronous one too.
+                        decisions: [Decision(1, start(2, .async("a")))]
                     )
                 )
         )
@@ -435,10 +459,16 @@ import Testing
         #expect(
             action39
                 == Engine.EffectEnd(
+                    id: 1,
                     effect: first,
                     outcome: .completed,
                     mapped: nil,
-                    next: Dispatch(effects: [second], decisions: [Decision(0, start(2, second))], host: host),
+                    next: Dispatch(
+                        effects: [second],
+                        firstID: 2,
+                        decisions: [Decision(0, start(2, second))],
+                        host: host
+                    ),
                     finish: nil
                 )
         )
@@ -455,7 +485,14 @@ import Testing
         let action41 = engine.receive(.emit([new]), from: .outside)
         #expect(
             action41
-                == .step(step(.emit([new]), effects: [new], decisions: [Decision(0, start(2, new, cancelling: [1]))]))
+                == .step(
+                    step(
+                        .emit([new]),
+                        effects: [new],
+                        first: 2,
+                        decisions: [Decision(0, start(2, new, cancelling: [1]))]
+                    )
+                )
         )
         let action42 = engine.end(admitted(1, old), .completed)
         #expect(action42?.outcome == .cancelled)
@@ -494,7 +531,8 @@ import Testing
                     step(
                         .emit([cancel]),
                         effects: [cancel],
-                        decisions: [Decision(0, .cancel(cancelling: [], cancelled: [queued]))]
+                        first: 3,
+                        decisions: [Decision(0, .cancel(cancelling: [], cancelled: [IdentifiedEffect(2, queued)]))]
                     )
                 )
         )
@@ -510,7 +548,14 @@ import Testing
         let timing = engine.timeOut(1, after: .seconds(1), handlerRunning: true)
         #expect(
             timing?.0
-                == Engine.EffectEnd(effect: timed, outcome: .timedOut(.seconds(1)), mapped: nil, next: nil, finish: nil)
+                == Engine.EffectEnd(
+                    id: 1,
+                    effect: timed,
+                    outcome: .timedOut(.seconds(1)),
+                    mapped: nil,
+                    next: nil,
+                    finish: nil
+                )
         )
         #expect(timing?.1 == CancelHandle(id: 1) {})
         let action47 = engine.receive(.add(1), fromEffect: 1)

@@ -30,10 +30,11 @@ public enum AccountsServer {
         metrics: PrometheusCollectorRegistry? = nil
     ) -> Router<AccountsContext> {
         let router = Router(context: AccountsContext.self)
-        // Middleware first: Hummingbird bakes it into each route as the route is added.
+        // Middleware first: Hummingbird bakes it into each route as the route is added. The first added
+        // is the outermost: metrics count every response, the 413s the body limit returns too.
+        if metrics != nil { router.add(middleware: MetricsMiddleware()) }
         router.add(middleware: BodyLimitMiddleware())
         router.add(middleware: TraceParentMiddleware())
-        if metrics != nil { router.add(middleware: MetricsMiddleware()) }
         router.get("/health") { _, _ in reply(Translation.Response(status: 200, ["status": .string("ok")])) }
         router.get("/accounts/{id}") { _, context in
             let id: String

@@ -61,7 +61,7 @@ public struct LoggingObserver<ID: Hashable & Sendable, Event: Sendable, Effect: 
         case .eventProcessed, .effectStarted, .effectCompleted: .trace
         case .effectCancelled, .effectDropped, .sourceFinished: .debug
         case .stopping, .stopped: .info
-        case .effectFailed(_, _, let mapped, _): mapped == nil ? .error : .notice
+        case .effectFailed(_, _, _, let mapped, _): mapped == nil ? .error : .notice
         case .eventRejected, .eventDropped, .effectTimedOut, .effectAbandoned: .warning
         case .sourceFailed: .error
         }
@@ -90,8 +90,9 @@ public struct LoggingObserver<ID: Hashable & Sendable, Event: Sendable, Effect: 
     private func details(of activity: LoopActivity<Event, Effect>) -> Logger.Metadata {
         var metadata: Logger.Metadata = [:]
         switch activity {
-        case .eventProcessed(let event, let origin, let duration, let depth, let effects):
+        case .eventProcessed(let event, let origin, let duration, let depth, let effects, let first):
             add(event: event, to: &metadata)
+            if !effects.isEmpty { metadata["effectloop.first_effect_id"] = "\(first)" }
             metadata["effectloop.origin"] = "\(origin)"
             metadata["effectloop.duration"] = "\(Self.seconds(duration))"
             metadata["effectloop.inbox_depth"] = "\(depth)"
@@ -103,23 +104,24 @@ public struct LoggingObserver<ID: Hashable & Sendable, Event: Sendable, Effect: 
             metadata["effectloop.reason"] = "\(reason)"
         case .eventDropped(let event):
             add(event: event, to: &metadata)
-        case .effectStarted(let effect, let lifecycle):
-            add(effect: effect, to: &metadata)
+        case .effectStarted(let effect, let id, let lifecycle):
+            add(effect: effect, id: id, to: &metadata)
             metadata["effectloop.lifecycle"] = "\(lifecycle)"
-        case .effectCompleted(let effect, let duration):
-            add(effect: effect, to: &metadata)
+        case .effectCompleted(let effect, let id, let duration):
+            add(effect: effect, id: id, to: &metadata)
             metadata["effectloop.duration"] = "\(Self.seconds(duration))"
-        case .effectFailed(let effect, let error, let mapped, let duration):
-            add(effect: effect, to: &metadata)
+        case .effectFailed(let effect, let id, let error, let mapped, let duration):
+            add(effect: effect, id: id, to: &metadata)
             metadata["effectloop.error"] = "\(error)"
             metadata["effectloop.duration"] = "\(Self.seconds(duration))"
             if let mapped { metadata["effectloop.mapped_to"] = "\(MetricsObserver<Event, Effect>.caseName(mapped))" }
-        case .effectTimedOut(let effect, let timeout, let mapped):
-            add(effect: effect, to: &metadata)
+        case .effectTimedOut(let effect, let id, let timeout, let mapped):
+            add(effect: effect, id: id, to: &metadata)
             metadata["effectloop.timeout"] = "\(Self.seconds(timeout))"
             if let mapped { metadata["effectloop.mapped_to"] = "\(MetricsObserver<Event, Effect>.caseName(mapped))" }
-        case .effectCancelled(let effect), .effectAbandoned(let effect), .effectDropped(let effect):
-            add(effect: effect, to: &metadata)
+        case .effectCancelled(let effect, let id), .effectAbandoned(let effect, let id),
+            .effectDropped(let effect, let id):
+            add(effect: effect, id: id, to: &metadata)
         case .sourceFailed(let error):
             metadata["effectloop.error"] = "\(error)"
         case .sourceFinished, .stopping:
@@ -135,8 +137,9 @@ public struct LoggingObserver<ID: Hashable & Sendable, Event: Sendable, Effect: 
         if payloads { metadata["effectloop.event_payload"] = "\(event)" }
     }
 
-    private func add(effect: Effect, to metadata: inout Logger.Metadata) {
+    private func add(effect: Effect, id: EffectID, to metadata: inout Logger.Metadata) {
         metadata["effectloop.effect"] = "\(MetricsObserver<Event, Effect>.caseName(effect))"
+        metadata["effectloop.effect_id"] = "\(id)"
         if payloads { metadata["effectloop.effect_payload"] = "\(effect)" }
     }
 

@@ -54,7 +54,7 @@ public final class SwiftMetricsObserver<ID: Hashable & Sendable, Event: Sendable
 
     private func record(_ activity: LoopActivity<Event, Effect>) {
         switch activity {
-        case .eventProcessed(let event, let origin, let duration, let depth, _):
+        case .eventProcessed(let event, let origin, let duration, let depth, _, _):
             let name = Self.name(event)
             counter("effectloop_events_processed_total", ["event", name, "origin", "\(origin)"]).increment()
             timer("effectloop_update_duration_seconds", ["event", name]).record(duration: duration)
@@ -64,21 +64,21 @@ public final class SwiftMetricsObserver<ID: Hashable & Sendable, Event: Sendable
                 .increment()
         case .eventDropped(let event):
             counter("effectloop_events_dropped_total", ["event", Self.name(event)]).increment()
-        case .effectStarted(let effect, _):
+        case .effectStarted(let effect, _, _):
             effectCounted(effect, "started")
-        case .effectCompleted(let effect, let duration):
+        case .effectCompleted(let effect, _, let duration):
             effectCounted(effect, "completed")
             timer("effectloop_effect_duration_seconds", ["effect", Self.name(effect)]).record(duration: duration)
-        case .effectFailed(let effect, _, _, let duration):
+        case .effectFailed(let effect, _, _, _, let duration):
             effectCounted(effect, "failed")
             timer("effectloop_effect_duration_seconds", ["effect", Self.name(effect)]).record(duration: duration)
-        case .effectCancelled(let effect):
+        case .effectCancelled(let effect, _):
             effectCounted(effect, "cancelled")
-        case .effectTimedOut(let effect, _, _):
+        case .effectTimedOut(let effect, _, _, _):
             effectCounted(effect, "timed_out")
-        case .effectAbandoned(let effect):
+        case .effectAbandoned(let effect, _):
             effectCounted(effect, "abandoned")
-        case .effectDropped(let effect):
+        case .effectDropped(let effect, _):
             effectCounted(effect, "dropped")
         case .sourceFailed:
             counter("effectloop_source_failures_total", []).increment()

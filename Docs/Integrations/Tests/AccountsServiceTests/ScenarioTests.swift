@@ -175,6 +175,10 @@ import Glibc
         // No account processed an event: the series of processed events does not exist yet.
         let before = HTTP.request(port: port, "GET", "/metrics")
         #expect(before?.status == 200 && before?.body.contains("effectloop_events_processed_total") == false)
+        // The HTTP metrics count every answer, the body limit's 413 included.
+        let counted = before?.body.split(separator: "\n").filter { $0.hasPrefix("hb_requests{") } ?? []
+        #expect(counted.contains { $0.contains(#"http_response_status_code="413""#) }, "\(counted)")
+        #expect(counted.contains { $0.contains(#"http_response_status_code="422""#) }, "\(counted)")
         let account = HTTP.request(port: port, "GET", "/accounts/alice")
         #expect(account?.status == 200 && account?.integer("balance") == 0, "\(String(describing: account))")
         // Good input that the account refuses is recorded (and shows in the series): the check above can

@@ -85,6 +85,13 @@ enum Shop {
         #expect(!everything.contains("4111"))
         let started = try #require(entries.first { $0.message == "effectloop effect started" })
         #expect(started.metadata["effectloop.effect"] == "charge")
+        // The effect's id pairs its start with its end, and names it among the event's effects.
+        let id = try #require(started.metadata["effectloop.effect_id"])
+        #expect(processed.metadata["effectloop.first_effect_id"] == id)
+        let ended = entries.filter {
+            $0.message != "effectloop effect started" && $0.metadata["effectloop.effect_id"] == id
+        }
+        #expect(ended.map(\.message) == ["effectloop effect completed"])
     }
 
     @Test func payloadsAreLoggedOnlyWhenAskedFor() async throws {

@@ -2,6 +2,7 @@ import EffectHandlers
 import InMemoryTracing
 import Instrumentation
 import LoopCore
+import LoopPersistence
 import LoopRuntime
 import LoopTracing
 import Synchronization
@@ -9,7 +10,7 @@ import Testing
 import Tracing
 
 enum Checkout {
-    enum Event: Sendable, Equatable {
+    enum Event: Codable, Sendable, Equatable {
         case pay(Int)
         case paid(Int)
         case refused
@@ -46,8 +47,9 @@ enum Checkout {
         }
     )
 
-    /// Charges above 100 are declined; each email records the trace it runs in.
-    static func router(tracer: InMemoryTracer, emails: Emails) -> EffectRouter<Effect, Event> {
+    /// Charges above 100 are declined; each email records the trace it runs in. `events`: whether each
+    /// event gets a span too.
+    static func router(tracer: InMemoryTracer, emails: Emails, events: Bool = true) -> EffectRouter<Effect, Event> {
         EffectRouter<Effect, Event>()
             .route(
                 { if case .charge(let amount) = $0 { amount } else { nil } },
@@ -66,7 +68,11 @@ enum Checkout {
                 }
             )
             .mapErrors { _, _ in .refused }
-            .scoped(LoopTracing.scope(tracer: tracer))
+            .scoped(
+                events
+                    ? LoopTracing.scope(tracer: tracer)
+                    : LoopTracing.scope(tracer: tracer, eventName: nil)
+            )
     }
 }
 
@@ -116,7 +122,9 @@ enum Checkout {
         let running = Task { try await loop.run() }
         while !loop.isRunning { await Task.yield() }
         loop.send(.pay(1))
-        for _ in 0..<100_000 where tracer.finishedSpans.count < 2 { try await Task.sleep(for: .milliseconds(1)) }
+        for _ in 0..<100_000 where !tracer.finishedSpans.contains(where: { $0.operationName == "effect email" }) {
+            try await Task.sleep(for: .milliseconds(1))
+        }
         loop.stop()
         _ = try await running.value
         let spans = tracer.finishedSpans
@@ -124,5 +132,81 @@ enum Checkout {
         let email = try #require(spans.first { $0.operationName == "effect email" })
         #expect(charge.parentSpanID == nil)
         #expect(email.parentSpanID == charge.spanID)
+    }
+
+    @Test func eachEventIsASpanUnderTheContextItWasSentWithBesideItsEffects() async throws {
+        let tracer = InMemoryTracer()
+        let emails = Checkout.Emails()
+        let loop = Loop(program: Checkout.program, effects: Checkout.router(tracer: tracer, emails: emails))
+        let running = Task { try await loop.run() }
+        while !loop.isRunning { await Task.yield() }
+        tracer.withSpan("POST /pay 10", ofKind: .server) { _ in _ = loop.send(.pay(10)) }
+        for _ in 0..<100_000 where emails.count < 1 { try await Task.sleep(for: .milliseconds(1)) }
+        loop.stop()
+        _ = try await running.value
+
+        let spans = tracer.finishedSpans
+        let request = try #require(spans.first { $0.operationName == "POST /pay 10" })
+        let charge = try #require(spans.first { $0.operationName == "effect charge" })
+        // The request's event: a child of the request, covering the update, ended before its effect began.
+        let pay = try #require(spans.first { $0.operationName == "event pay" })
+        #expect(pay.parentSpanID == request.spanID && pay.traceID == request.traceID)
+        #expect(pay.startInstant.nanosecondsSinceEpoch <= pay.endInstant.nanosecondsSinceEpoch)
+        #expect(pay.endInstant.nanosecondsSinceEpoch <= charge.startInstant.nanosecondsSinceEpoch)
+        #expect(charge.parentSpanID == request.spanID)
+        // The event the charge's handler sent is under the charge's span, as the email is.
+        let paid = try #require(spans.first { $0.operationName == "event paid" })
+        #expect(paid.parentSpanID == charge.spanID)
+        #expect(spans.filter { $0.operationName.hasPrefix("event ") }.count == 2)
+    }
+
+    @Test func eventSpansAreLeftOutWhenTheScopeIsToldNotToName() async throws {
+        let tracer = InMemoryTracer()
+        let emails = Checkout.Emails()
+        let loop = Loop(
+            program: Checkout.program,
+            effects: Checkout.router(tracer: tracer, emails: emails, events: false)
+        )
+        let running = Task { try await loop.run() }
+        while !loop.isRunning { await Task.yield() }
+        tracer.withSpan("POST /pay 10", ofKind: .server) { _ in _ = loop.send(.pay(10)) }
+        for _ in 0..<100_000 where emails.count < 1 { try await Task.sleep(for: .milliseconds(1)) }
+        loop.stop()
+        _ = try await running.value
+        let names = tracer.finishedSpans.map(\.operationName)
+        #expect(names.sorted() == ["POST /pay 10", "effect charge", "effect email"])
+    }
+
+    @Test func aDurableRequestsEventAndEffectSpansAreChildrenOfTheRequest() async throws {
+        let tracer = InMemoryTracer()
+        let emails = Checkout.Emails()
+        let program = DurableProgram(initial: [Int](), update: Checkout.program.update)
+        let payments = DurableLoopGroup<String, [Int], Checkout.Event, Checkout.Effect>(
+            program: program,
+            effects: Checkout.router(tracer: tracer, emails: emails),
+            store: InMemoryEventStore()
+        )
+        let running = Task { try await payments.run() }
+        while !payments.core.isRunning { await Task.yield() }
+        // Each request is recorded with others in one append; its effects run once it is recorded,
+        // still under its own request.
+        for amount in [10, 20] {
+            try await tracer.withSpan("POST /pay \(amount)", ofKind: .server) { _ in
+                _ = try await payments.sendDurably(.pay(amount), to: "shop")
+            }
+        }
+        for _ in 0..<100_000 where emails.count < 2 { try await Task.sleep(for: .milliseconds(1)) }
+        payments.stop()
+        _ = try await running.value
+
+        let spans = tracer.finishedSpans
+        for amount in [10, 20] {
+            let request = try #require(spans.first { $0.operationName == "POST /pay \(amount)" })
+            let children = spans.filter { $0.parentSpanID == request.spanID }.map(\.operationName)
+            #expect(children.sorted() == ["effect charge", "event pay"])
+        }
+        // The store's work (recovery, appends, acknowledgements) is not traced as the program's.
+        #expect(spans.filter { $0.operationName.hasPrefix("event ") }.count == 4)
+        #expect(spans.filter { $0.operationName.hasPrefix("effect ") }.count == 4)
     }
 }
