@@ -47,7 +47,7 @@ public enum AccountsServer {
                 return reply(Translation.Response(status: 200, ["id": .string(id), "balance": .integer(balance)]))
             } catch {
                 context.logger.error("reading an account failed", metadata: ["account": "\(id)", "error": "\(error)"])
-                return reply(Translation.Response(status: 503, ["error": .string("the account's store failed")]))
+                return reply(.error(503, "store_failed", "the account's store failed"))
             }
         }
         for (path, kind) in [("deposit", Translation.Kind.deposit), ("withdraw", .withdraw)] {
@@ -130,10 +130,7 @@ struct BodyLimitMiddleware: RouterMiddleware {
     ) async throws -> Response {
         if let length = request.headers[.contentLength].flatMap(Int.init), length > Translation.largestBody {
             return AccountsServer.reply(
-                Translation.Response(
-                    status: 413,
-                    ["error": .string("the body is over \(Translation.largestBody) bytes")]
-                )
+                .error(413, "body_too_large", "the body is over \(Translation.largestBody) bytes")
             )
         }
         return try await next(request, context)

@@ -42,9 +42,10 @@ public enum Translation {
             self.body = body
         }
 
-        /// An error response: `{"error": message}`.
-        static func error(_ status: Int, _ message: String, balance: Int? = nil) -> Response {
-            var body: [String: Value] = ["error": .string(message)]
+        /// An error response: `{"code": code, "error": message}`: `code` is stable, for programs (two
+        /// refusals with one status tell apart by it); `message` is for people.
+        static func error(_ status: Int, _ code: String, _ message: String, balance: Int? = nil) -> Response {
+            var body: [String: Value] = ["code": .string(code), "error": .string(message)]
             if let balance { body["balance"] = .integer(balance) }
             return Response(status: status, body)
         }
@@ -68,7 +69,9 @@ public enum Translation {
                     || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_")
             })
         else {
-            return .failure(Refusal(.error(400, "an account id is 1 to \(longestID) letters, digits, - or _")))
+            return .failure(
+                Refusal(.error(400, "invalid_account_id", "an account id is 1 to \(longestID) letters, digits, - or _"))
+            )
         }
         return .success(text)
     }
@@ -81,7 +84,13 @@ public enum Translation {
             header.utf8.allSatisfy({ (0x21...0x7E).contains($0) })
         else {
             return .failure(
-                Refusal(.error(400, "an Idempotency-Key is 1 to \(longestRequestID) printable ASCII characters"))
+                Refusal(
+                    .error(
+                        400,
+                        "invalid_idempotency_key",
+                        "an Idempotency-Key is 1 to \(longestRequestID) printable ASCII characters"
+                    )
+                )
             )
         }
         return .success(header)
@@ -93,13 +102,17 @@ public enum Translation {
     public static func command(_ kind: Kind, body: [UInt8]) -> Result<Account.Command, Refusal> {
         struct Body: Decodable { var amount: Int }
         guard String(validating: body, as: UTF8.self) != nil else {
-            return .failure(Refusal(.error(400, "the body is not UTF-8")))
+            return .failure(Refusal(.error(400, "body_not_utf8", "the body is not UTF-8")))
         }
         guard let decoded = try? JSONDecoder().decode(Body.self, from: Data(body)) else {
-            return .failure(Refusal(.error(400, "the body must be a JSON object with an integer \"amount\"")))
+            return .failure(
+                Refusal(.error(400, "body_not_an_amount", "the body must be a JSON object with an integer \"amount\""))
+            )
         }
         guard (1...Account.largestAmount).contains(decoded.amount) else {
-            return .failure(Refusal(.error(422, "the amount must be from 1 to \(Account.largestAmount)")))
+            return .failure(
+                Refusal(.error(422, "amount_out_of_range", "the amount must be from 1 to \(Account.largestAmount)"))
+            )
         }
         switch kind {
         case .deposit: return .success(.deposit(decoded.amount))
@@ -129,9 +142,10 @@ public enum Translation {
     public static func response(to outcome: Account.Outcome) -> Response {
         switch outcome {
         case .done(let balance): Response(status: 200, ["balance": .integer(balance)])
-        case .insufficient(let balance): .error(409, "insufficient funds", balance: balance)
-        case .overflow(let balance): .error(422, "the balance would overflow", balance: balance)
-        case .invalidAmount(let balance): .error(422, "the amount must be positive", balance: balance)
+        case .insufficient(let balance): .error(409, "insufficient_funds", "insufficient funds", balance: balance)
+        case .overflow(let balance): .error(422, "balance_overflow", "the balance would overflow", balance: balance)
+        case .invalidAmount(let balance):
+            .error(422, "amount_out_of_range", "the amount must be positive", balance: balance)
         }
     }
 
@@ -142,13 +156,13 @@ public enum Translation {
     /// although the input was checked, an answer the program never gave), without internal detail.
     public static func response(to error: RequestError) -> Response {
         switch error {
-        case .timedOut: .error(504, "no answer in time; retry with the same Idempotency-Key")
-        case .keyReused: .error(422, "this Idempotency-Key was used for a different request")
-        case .invalid, .rejected(.invalid): .error(500, "the service failed to take the request")
-        case .rejected(let rejection) where rejection == .inboxFull: .error(503, "too busy; retry later")
-        case .rejected, .loopStopped, .cancelled: .error(503, "the service is stopping or unavailable")
-        case .storeFailed: .error(503, "the account's store failed")
-        case .unanswered: .error(500, "the account did not answer")
+        case .timedOut: .error(504, "timed_out", "no answer in time; retry with the same Idempotency-Key")
+        case .keyReused: .error(422, "idempotency_key_reused", "this Idempotency-Key was used for a different request")
+        case .invalid, .rejected(.invalid): .error(500, "service_fault", "the service failed to take the request")
+        case .rejected(let rejection) where rejection == .inboxFull: .error(503, "too_busy", "too busy; retry later")
+        case .rejected, .loopStopped, .cancelled: .error(503, "unavailable", "the service is stopping or unavailable")
+        case .storeFailed: .error(503, "store_failed", "the account's store failed")
+        case .unanswered: .error(500, "service_fault", "the account did not answer")
         }
     }
 }

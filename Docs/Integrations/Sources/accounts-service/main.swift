@@ -106,14 +106,17 @@ func serve(_ options: Options) async throws {
     // Shut down in reverse: the HTTP server first (it finishes the requests it has), then the
     // accounts (they record what they took), then the store.
     services.append(app)
-    let group = ServiceGroup(
-        configuration: ServiceGroupConfiguration(
-            services: services.map { .init(service: $0) },
-            gracefulShutdownSignals: [.sigterm, .sigint],
-            cancellationSignals: [],
-            logger: logger
-        )
+    var configuration = ServiceGroupConfiguration(
+        services: services.map { .init(service: $0) },
+        gracefulShutdownSignals: [.sigterm, .sigint],
+        cancellationSignals: [],
+        logger: logger
     )
+    // Orchestrators wait about 30 s after SIGTERM before SIGKILL: a graceful shutdown still under way
+    // after 25 s (a client holding a connection open, a store that hangs) is escalated to cancellation,
+    // which every service here honours at once.
+    configuration.maximumGracefulShutdownDuration = .seconds(25)
+    let group = ServiceGroup(configuration: configuration)
     try await group.run()
 }
 

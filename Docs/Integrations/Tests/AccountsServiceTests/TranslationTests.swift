@@ -67,7 +67,7 @@ import Testing
             Issue.record("\(amount) was taken")
             return
         }
-        #expect(refusal.response.status == 422)
+        #expect(refusal.response.status == 422 && refusal.response.body["code"] == .string("amount_out_of_range"))
     }
 
     @Test func eachAnswerHasItsStatus() {
@@ -76,30 +76,40 @@ import Testing
         #expect(Translation.response(to: .insufficient(balance: 3)).body["balance"] == .integer(3))
         #expect(Translation.response(to: .overflow(balance: 3)).status == 422)
         #expect(Translation.response(to: .invalidAmount(balance: 3)).status == 422)
+        // One status, several causes: the code tells them apart.
+        #expect(Translation.response(to: .insufficient(balance: 3)).body["code"] == .string("insufficient_funds"))
+        #expect(Translation.response(to: .overflow(balance: 3)).body["code"] == .string("balance_overflow"))
+        #expect(Translation.response(to: .keyReused("k")).body["code"] == .string("idempotency_key_reused"))
     }
 
     @Test func eachRequestErrorHasItsStatus() {
-        let cases: [(RequestError, Int)] = [
-            (.timedOut(after: .seconds(1)), 504),
-            (.keyReused("k"), 422),
-            (.invalid("a key over 1,024 bytes"), 500),
-            (.rejected(.invalid), 500),
-            (.rejected(.inboxFull), 503),
-            (.rejected(.stopping), 503),
-            (.rejected(.stopped), 503),
-            (.rejected(.failed), 503),
-            (.loopStopped, 503),
-            (.cancelled, 503),
-            (.storeFailed("disk full"), 503),
-            (.unanswered, 500),
+        let cases: [(RequestError, Int, String)] = [
+            (.timedOut(after: .seconds(1)), 504, "timed_out"),
+            (.keyReused("k"), 422, "idempotency_key_reused"),
+            (.invalid("a key over 1,024 bytes"), 500, "service_fault"),
+            (.rejected(.invalid), 500, "service_fault"),
+            (.rejected(.inboxFull), 503, "too_busy"),
+            (.rejected(.stopping), 503, "unavailable"),
+            (.rejected(.stopped), 503, "unavailable"),
+            (.rejected(.failed), 503, "unavailable"),
+            (.loopStopped, 503, "unavailable"),
+            (.cancelled, 503, "unavailable"),
+            (.storeFailed("disk full"), 503, "store_failed"),
+            (.unanswered, 500, "service_fault"),
         ]
-        for (error, status) in cases {
-            #expect(Translation.response(to: error).status == status, "\(error)")
+        for (error, status, code) in cases {
+            let response = Translation.response(to: error)
+            #expect(response.status == status && response.body["code"] == .string(code), "\(error)")
+            // A fault of the service shows no internal detail.
+            if status == 500 { #expect(!"\(response.body)".contains("1,024")) }
         }
     }
 
     @Test func aResponseIsJSONWithSortedKeys() {
         let response = Translation.response(to: .insufficient(balance: 3))
-        #expect(String(decoding: response.json, as: UTF8.self) == #"{"balance":3,"error":"insufficient funds"}"#)
+        #expect(
+            String(decoding: response.json, as: UTF8.self)
+                == #"{"balance":3,"code":"insufficient_funds","error":"insufficient funds"}"#
+        )
     }
 }
