@@ -204,6 +204,16 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     @inlinable
     public func mapEvents<Outer: Sendable>(_ embed: @escaping @Sendable (Event) -> Outer) -> EffectRouter<Effect, Outer>
     {
+        mapEvents(embed, errors: embed)
+    }
+
+    /// ``mapEvents(_:)``, with the events the error mapping makes turned into `Outer` by `embedError`
+    /// (called where the loop decides, possibly under its lock: it must not run the app's code).
+    @inlinable
+    package func mapEvents<Outer: Sendable>(
+        _ embed: @escaping @Sendable (Event) -> Outer,
+        errors embedError: @escaping @Sendable (Event) -> Outer
+    ) -> EffectRouter<Effect, Outer> {
         var outer = EffectRouter<Effect, Outer>(lifecycleOf: lifecycleOf)
         outer.hasAsyncRoutes = hasAsyncRoutes
         outer.stopRequest = stopRequest
@@ -228,7 +238,7 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
             }
         }
         if let errorMapping {
-            outer.errorMapping = { effect, error in errorMapping(effect, error).map(embed) }
+            outer.errorMapping = { effect, error in errorMapping(effect, error).map(embedError) }
         }
         return outer
     }
@@ -260,7 +270,7 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     package func pullback<Outer: Sendable>(
         _ extract: @escaping @Sendable (Outer) -> Effect?,
         key: (@Sendable (Outer) -> IdempotencyKey?)?,
-        context: (@Sendable (Outer) -> CarriedContext?)? = nil
+        context: (@Sendable (Outer) -> CarriedContext??)? = nil
     ) -> EffectRouter<Outer, Event> {
         let lifecycleOf = self.lifecycleOf
         var outer = EffectRouter<Outer, Event>(lifecycleOf: { extract($0).map(lifecycleOf) ?? .concurrent() })
@@ -308,12 +318,25 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         return outer
     }
 
-    /// This router, whose scope's `event` sees only the events `extract` finds, as it returns them: how a
-    /// durable loop shows it its program's events, not its store's.
+    /// This router, with the events its error mapping makes changed by `transform`, given the effect that
+    /// failed: how a durable loop gives such an event the failed effect's context.
     @inlinable
-    package func scopeSeeingEvents(_ extract: @escaping @Sendable (any Sendable) -> (any Sendable)?) -> EffectRouter {
+    package func mappingErrorEvents(_ transform: @escaping @Sendable (Effect, Event) -> Event) -> EffectRouter {
+        guard let errorMapping else { return self }
         var router = self
-        router.scope = scope?.seeingEvents(extract)
+        router.errorMapping = { effect, error in errorMapping(effect, error).map { transform(effect, $0) } }
+        return router
+    }
+
+    /// This router, with its scope as a wrapper's loop needs it (see ``EffectScope/forWrapper(events:)``):
+    /// how a durable loop, which keeps each event's context in the event, shows the scope its program's
+    /// events only.
+    @inlinable
+    package func scopeForWrapper(
+        events extract: @escaping @Sendable (any Sendable) -> (event: any Sendable, context: CarriedContext?)?
+    ) -> EffectRouter {
+        var router = self
+        router.scope = scope?.forWrapper(events: extract)
         return router
     }
 

@@ -4,7 +4,10 @@
 ///
 /// `event`, if given, runs once each event is processed, on the thread that processed it, before its
 /// effects start: with the event's context, the event, and how long its update took (a tracing scope
-/// records the event's span there). In a durable loop it sees the program's events, not the store's.
+/// records the event's span there). A loop whose scope has it times every update, as an observer makes
+/// it do. In a durable loop it is told once of each of the program's events (never of the store's
+/// work), when the loop takes it: an event that waits while its entity recovers, a repeat of a
+/// recorded key and an event refused after a store failure are told too, with the time taking it took.
 ///
 /// `capture` runs when an event is sent to the loop from outside (`send`, `request`, a group's
 /// `send(_:to:)`, an event source), on the sender's task: it reads the values to carry, typically
@@ -74,14 +77,19 @@ public struct EffectScope<Effect: Sendable>: Sendable {
     }
 
     /// The same scope for a router of `Outer` effects: effects that `extract` finds run inside it, with
-    /// the context `contextOf` finds in the outer effect if any (a durable loop's effect holds its own
-    /// event's), else their event's; others (a durable loop's store work) run as they are, and the
+    /// the context `contextOf` finds in the outer effect when it finds one (a durable loop's effect holds
+    /// its own event's, `nil` included), else their event's; others (a durable loop's store work) run as they are, and the
     /// events they send carry no context: they may be sent for several callers' events at once.
     @usableFromInline
     func lifted<Outer: Sendable>(
         _ extract: @escaping @Sendable (Outer) -> Effect?,
-        context contextOf: (@Sendable (Outer) -> CarriedContext?)? = nil
+        context contextOf: (@Sendable (Outer) -> CarriedContext??)? = nil
     ) -> EffectScope<Outer> {
+        /// The outer effect's own context when it holds one, else its event's.
+        @Sendable func chosen(_ outer: Outer, _ context: CarriedContext?) -> CarriedContext? {
+            if let contextOf, case .some(let own) = contextOf(outer) { return own }
+            return context
+        }
         let (sync, async) = (self.sync, self.async)
         return EffectScope<Outer>(
             capturing: capture,
@@ -89,31 +97,33 @@ public struct EffectScope<Effect: Sendable>: Sendable {
                 guard let inner = extract(outer) else {
                     return try CarriedContext.$current.withValue(CarriedContext.noContext) { try body() }
                 }
-                try sync(contextOf?(outer) ?? context, inner, body)
+                try sync(chosen(outer, context), inner, body)
             },
             async: { context, outer, body in
                 guard let inner = extract(outer) else {
                     return try await CarriedContext.$current.withValue(CarriedContext.noContext) { try await body() }
                 }
-                try await async(contextOf?(outer) ?? context, inner, body)
+                try await async(chosen(outer, context), inner, body)
             },
             event: event
         )
     }
 
-    /// The same scope, whose `event` sees only the events `extract` finds (the program's events among a
-    /// durable loop's inputs), as `extract` returns them.
+    /// The same scope for the loop of a wrapper that keeps each event's context in the event itself (a
+    /// durable loop): the loop captures nothing where events are sent, and `event` sees only the events
+    /// `extract` finds (the program's among the wrapper's inputs), with the context `extract` finds in
+    /// them.
     @usableFromInline
-    package func seeingEvents(_ extract: @escaping @Sendable (any Sendable) -> (any Sendable)?) -> EffectScope {
-        guard let event else { return self }
-        return EffectScope(
-            capturing: capture,
-            sync: sync,
-            async: async,
-            event: { context, outer, duration in
-                if let inner = extract(outer) { event(context, inner, duration) }
+    package func forWrapper(
+        events extract: @escaping @Sendable (any Sendable) -> (event: any Sendable, context: CarriedContext?)?
+    ) -> EffectScope {
+        var told: (@Sendable (CarriedContext?, any Sendable, Duration) -> Void)?
+        if let event {
+            told = { _, outer, duration in
+                if let inner = extract(outer) { event(inner.context, inner.event, duration) }
             }
-        )
+        }
+        return EffectScope(capturing: { nil }, sync: sync, async: async, event: told)
     }
 
     /// Whether the scope is told of each processed event.

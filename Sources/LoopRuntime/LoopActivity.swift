@@ -10,7 +10,8 @@ public enum LoopActivity<Event: Sendable, Effect: Sendable>: Sendable {
     /// waiting afterwards; `effects` are the effects the update returned, in order (what happens to each
     /// is reported as it happens, with its id); `firstEffect` is the id of the first of them, and in a
     /// ``Loop``'s report the effect at offset `n` has id `firstEffect.advanced(by: n)` (a durable loop
-    /// lists only its program's effects, which keep the ids of the loop that runs them). A
+    /// lists only its program's effects, which keep the ids of the loop that runs them). With no
+    /// effects, `firstEffect` names none (it is 0, which no effect has). A
     /// ``LoopStateObserver`` can read the state right after the event.
     case eventProcessed(
         Event,

@@ -65,6 +65,10 @@ final class LoopContext<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     let clock: any Clock<Duration>
     @usableFromInline
     let inbox: InboxPolicy
+    /// Whether the router's scope is told of each processed event (read per event: a flag, not a copy
+    /// of the scope).
+    @usableFromInline
+    let scopeSeesEvents: Bool
 
     /// What the router's scope captures for an event sent now (`nil` without a scope). Called outside
     /// every lock: `capture` is the app's code.
@@ -86,6 +90,7 @@ final class LoopContext<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         self.sink = sink
         self.clock = clock
         self.inbox = inbox
+        self.scopeSeesEvents = router.scope?.seesEvents == true
     }
 
     /// Reports `activity` of the loop for `entity` (`nil` for a standalone loop); `state` reads that

@@ -57,6 +57,8 @@ enum Filing {
                 to: ClosureEffectHandler { n, send in
                     seen.withLock { $0["announce \(n)"] = CallerID.current }
                     await Task.yield()
+                    // From 100 on, an announcement fails, and the error mapping reports it instead.
+                    if n >= 100 { throw Unannounced() }
                     send(.announced(n))
                 }
             )
@@ -64,6 +66,7 @@ enum Filing {
                 { if case .file(let n) = $0 { n } else { nil } },
                 to: ClosureSyncEffectHandler { n, _ in seen.withLock { $0["file \(n)"] = CallerID.current } }
             )
+            .mapErrors { effect, _ in if case .announce(let n) = effect { .announced(n) } else { nil } }
             .scoped(
                 EffectScope<Effect>(
                     capture: { CallerID.current },
@@ -76,6 +79,8 @@ enum Filing {
             )
     }
 }
+
+struct Unannounced: Error {}
 
 @Suite struct DurableScopeTests {
     @Test func eachDurableEffectRunsWithTheContextOfItsOwnEventThoughTheirBatchesAreShared() async throws {
@@ -136,5 +141,30 @@ enum Filing {
         #expect(seen.withLock { $0["file 1"] } == .some("plain"))
         #expect(seen.withLock { $0["file 2"] } == .some("durable"))
         #expect(seen.withLock { $0["file 3"] } == .some("keyed"))
+    }
+
+    @Test func theEventAnErrorMapsToKeepsTheContextOfTheEffectThatFailed() async throws {
+        let seen = Locked<[String: String?]>([:])
+        let told = Locked<[(event: String, caller: String?)]>([])
+        let filing = DurableLoop(
+            stream: "filing",
+            program: Filing.program,
+            effects: Filing.router(seen: seen, told: told),
+            store: InMemoryEventStore()
+        )
+        let running = Task { try await filing.run() }
+        for n in 100..<110 {
+            _ = try await CallerID.$current.withValue("caller-\(n)") {
+                try await filing.request(timeout: .seconds(60)) { .record(n, replyTo: $0) }
+            }
+        }
+        await eventually("every filing") { seen.withLock { $0.count } == 20 }
+        filing.stop()
+        _ = try await running.value
+        for n in 100..<110 { #expect(seen.withLock { $0["file \(n)"] } == .some("caller-\(n)")) }
+        #expect(
+            told.withLock { $0 }.filter { $0.event == "announced" }.compactMap(\.caller).sorted()
+                == (100..<110).map { "caller-\($0)" }
+        )
     }
 }

@@ -576,23 +576,24 @@ extension DurableInput: Sendable where State: Sendable, Event: Sendable {}
 extension DurableInput: Equatable where State: Equatable, Event: Equatable {}
 
 extension DurableInput {
-    /// The program's event, if this is one (a plain one or a call).
+    /// The program's event and its context, if this is one (a plain one or a call).
     @inlinable
-    var programEvent: Event? {
+    var programEvent: (event: Event, context: EffectContext)? {
         switch self {
-        case .event(let event, _, _): event
-        case .call(let call): call.event
+        case .event(let event, _, let context): (event, context)
+        case .call(let call): (call.event, call.context)
         default: nil
         }
     }
 
-    /// The same input, carrying `context` if it is a program's event (a plain one or a call).
+    /// The same input, carrying `context` (evaluated only then) if it is a program's event (a plain one
+    /// or a call).
     @inlinable
-    func carrying(_ context: EffectContext) -> DurableInput {
+    func carrying(_ context: @autoclosure () -> EffectContext) -> DurableInput {
         switch self {
-        case .event(let event, let ticket, _): return .event(event, ticket: ticket, context: context)
+        case .event(let event, let ticket, _): return .event(event, ticket: ticket, context: context())
         case .call(var call):
-            call.context = context
+            call.context = context()
             return .call(call)
         default: return self
         }

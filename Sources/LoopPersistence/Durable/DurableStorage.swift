@@ -214,98 +214,108 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         let storage = self
         let scope = effects.scope
         // An event a handler sends carries what the scope captures in the handler (what its wrap set),
-        // kept with the event until its own effects run.
-        return effects.mapEvents { DurableInput.event($0, ticket: nil, context: EffectContext(scope?.captured())) }
-            .pullback(
-                { (effect: DurableEffect<State, Event, Effect>) in
-                    if case .effect(let inner, _, _) = effect { inner } else { nil }
-                },
-                key: { effect in if case .effect(_, let key, _) = effect { key } else { nil } },
-                context: { effect in if case .effect(_, _, let context) = effect { context.carried } else { nil } }
-            )
-            .route(
-                { if case .recover(let stream) = $0 { stream } else { nil } },
-                to: ClosureEffectHandler { stream, send in await storage.recover(stream, send: send, tally: tally) }
-            )
-            .route(
-                { effect -> Append? in
-                    guard
-                        case .append(let stream, let events, let expecting, let snapshot, let notes, let keys) = effect
-                    else { return nil }
-                    return Append(
-                        stream: stream,
-                        events: events,
-                        notes: notes,
-                        expecting: expecting,
-                        snapshot: snapshot,
-                        keys: keys
-                    )
-                },
-                to: ClosureEffectHandler { append, send in await storage.perform(append, send: send, tally: tally) },
-                completing: (store as? any AppendingWithCompletion).map { store in
-                    { append, send, done in storage.start(append, on: store, send: send, tally: tally, done: done) }
+        // kept with the event until its own effects run. The event an effect's error maps to carries the
+        // effect's own context (it is made where the loop decides: nothing is captured there).
+        return effects.mapEvents(
+            { DurableInput.event($0, ticket: nil, context: scope.map { EffectContext($0.captured()) } ?? .none) },
+            errors: { DurableInput.event($0, ticket: nil) }
+        )
+        .pullback(
+            { (effect: DurableEffect<State, Event, Effect>) in
+                if case .effect(let inner, _, _) = effect { inner } else { nil }
+            },
+            key: { effect in if case .effect(_, let key, _) = effect { key } else { nil } },
+            context: { effect in if case .effect(_, _, let context) = effect { .some(context.carried) } else { .none } }
+        )
+        .mappingErrorEvents { effect, event in
+            if case .effect(_, _, let context) = effect { event.carrying(context) } else { event }
+        }
+        .route(
+            { if case .recover(let stream) = $0 { stream } else { nil } },
+            to: ClosureEffectHandler { stream, send in await storage.recover(stream, send: send, tally: tally) }
+        )
+        .route(
+            { effect -> Append? in
+                guard
+                    case .append(let stream, let events, let expecting, let snapshot, let notes, let keys) = effect
+                else { return nil }
+                return Append(
+                    stream: stream,
+                    events: events,
+                    notes: notes,
+                    expecting: expecting,
+                    snapshot: snapshot,
+                    keys: keys
+                )
+            },
+            to: ClosureEffectHandler { append, send in await storage.perform(append, send: send, tally: tally) },
+            completing: (store as? any AppendingWithCompletion).map { store in
+                { append, send, done in storage.start(append, on: store, send: send, tally: tally, done: done) }
+            }
+        )
+        .route(
+            { if case .acknowledge(let acknowledgements) = $0 { acknowledgements } else { nil } },
+            to: ClosureSyncEffectHandler { acknowledgements, _ in
+                tally.ran()
+                callers.senders.resolve(acknowledgements.map { ($0.ticket, $0.version) })
+            }
+        )
+        .route(
+            { effect -> (stream: String, delivery: ReplyDelivery, recorded: Bool)? in
+                switch effect {
+                case .reply(_, let stream, let delivery): (stream, delivery, false)
+                case .answer(let stream, let delivery): (stream, delivery, true)
+                default: nil
                 }
-            )
-            .route(
-                { if case .acknowledge(let acknowledgements) = $0 { acknowledgements } else { nil } },
-                to: ClosureSyncEffectHandler { acknowledgements, _ in
-                    tally.ran()
-                    callers.senders.resolve(acknowledgements.map { ($0.ticket, $0.version) })
+            },
+            to: ClosureSyncEffectHandler { reply, _ in
+                // A reply is the program's effect; an answer from the record is the store's.
+                if reply.recorded { tally.ran() }
+                callers.requests.deliver(reply.delivery, in: reply.stream)
+            }
+        )
+        .route(
+            { effect -> (String, UInt64?, UInt64?, CallRefusal)? in
+                if case .refuse(let stream, let ticket, let reply, let reason) = effect {
+                    (stream, ticket, reply, reason)
+                } else {
+                    nil
                 }
-            )
-            .route(
-                { effect -> (stream: String, delivery: ReplyDelivery, recorded: Bool)? in
-                    switch effect {
-                    case .reply(_, let stream, let delivery): (stream, delivery, false)
-                    case .answer(let stream, let delivery): (stream, delivery, true)
-                    default: nil
-                    }
-                },
-                to: ClosureSyncEffectHandler { reply, _ in
-                    // A reply is the program's effect; an answer from the record is the store's.
-                    if reply.recorded { tally.ran() }
-                    callers.requests.deliver(reply.delivery, in: reply.stream)
+            },
+            to: ClosureSyncEffectHandler { refusal, _ in
+                tally.ran()
+                tally.callsRefused.add(1, ordering: .relaxed)
+                callers.refuse(refusal.1, reply: refusal.2, in: refusal.0, refusal.3)
+            }
+        )
+        .route(
+            { effect -> ([UInt64], State)? in
+                if case .read(let tickets, let state) = effect { (tickets, state) } else { nil }
+            },
+            to: ClosureSyncEffectHandler { read, _ in
+                tally.ran()
+                callers.readers.resolve(read.0.map { ($0, read.1) })
+            }
+        )
+        .route(
+            { effect -> (stream: String, tickets: [UInt64], reason: DurableFailure)? in
+                if case .fail(let stream, let tickets, let reason) = effect {
+                    (stream, tickets, reason)
+                } else {
+                    nil
                 }
-            )
-            .route(
-                { effect -> (String, UInt64?, UInt64?, CallRefusal)? in
-                    if case .refuse(let stream, let ticket, let reply, let reason) = effect {
-                        (stream, ticket, reply, reason)
-                    } else {
-                        nil
-                    }
-                },
-                to: ClosureSyncEffectHandler { refusal, _ in
-                    tally.ran()
-                    tally.callsRefused.add(1, ordering: .relaxed)
-                    callers.refuse(refusal.1, reply: refusal.2, in: refusal.0, refusal.3)
-                }
-            )
-            .route(
-                { effect -> ([UInt64], State)? in
-                    if case .read(let tickets, let state) = effect { (tickets, state) } else { nil }
-                },
-                to: ClosureSyncEffectHandler { read, _ in
-                    tally.ran()
-                    callers.readers.resolve(read.0.map { ($0, read.1) })
-                }
-            )
-            .route(
-                { effect -> (stream: String, tickets: [UInt64], reason: DurableFailure)? in
-                    if case .fail(let stream, let tickets, let reason) = effect {
-                        (stream, tickets, reason)
-                    } else {
-                        nil
-                    }
-                },
-                to: ClosureSyncEffectHandler { failure, _ in
-                    tally.ran()
-                    failed(failure.stream, failure.reason)
-                    callers.fail(failure.tickets, in: failure.stream, reason: failure.reason)
-                }
-            )
-            .stopLoop { if case .stop = $0 { failureGrace } else { nil } }
-            .scopeSeeingEvents { ($0 as? DurableInput<State, Event>)?.programEvent }
+            },
+            to: ClosureSyncEffectHandler { failure, _ in
+                tally.ran()
+                failed(failure.stream, failure.reason)
+                callers.fail(failure.tickets, in: failure.stream, reason: failure.reason)
+            }
+        )
+        .stopLoop { if case .stop = $0 { failureGrace } else { nil } }
+        // The loop captures nothing: each program event holds its own context.
+        .scopeForWrapper { input in
+            (input as? DurableInput<State, Event>)?.programEvent.map { ($0.event, $0.context.carried) }
+        }
     }
 
     /// Reads `stream` back and sends the loop what it found.

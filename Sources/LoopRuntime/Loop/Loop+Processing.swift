@@ -12,8 +12,8 @@ extension Loop {
             // Moved out, not copied: a copy retains and releases everything the step holds.
             if let current = step.take() {
                 if let duration = current.duration {
-                    if let scope = context.router.scope, scope.seesEvents {
-                        scope.processed(current.event, context: current.context, update: duration)
+                    if context.scopeSeesEvents {
+                        context.router.scope?.processed(current.event, context: current.context, update: duration)
                     }
                     observe(
                         .eventProcessed(

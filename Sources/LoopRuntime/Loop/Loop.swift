@@ -99,7 +99,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
                 router: context.router,
                 policy: context.inbox,
                 // A scope told of each event needs its update's duration too, as an observer does.
-                timed: context.sink != nil || context.router.scope?.seesEvents == true,
+                timed: context.sink != nil || context.scopeSeesEvents,
                 tracksEffects: context.sink != nil
             )
         )
