@@ -119,7 +119,7 @@ import Glibc
             try await Self.fill(crashed, batches: 700, from: 600, into: &expected)
         }
         try await Self.waitUntil("the dropped store is gone") { dropped == nil }
-        let reopened = try Self.open(directory)
+        let reopened = try await Self.openOnceReleased(directory)
         guard case .used(_, let skipped) = reopened.recovery.checkpoint else {
             Issue.record("the checkpoint was not used: \(reopened.recovery.checkpoint)")
             return
@@ -148,7 +148,7 @@ import Glibc
         }
         // The writer lets go of the store when it has finished its last batch.
         try await Self.waitUntil("the dropped store is gone") { dropped == nil }
-        let reopened = try Self.open(directory)
+        let reopened = try await Self.openOnceReleased(directory)
         guard case .used(let events, let skipped) = reopened.recovery.checkpoint else {
             Issue.record("the checkpoint was not used: \(reopened.recovery.checkpoint)")
             return
@@ -379,6 +379,21 @@ import Glibc
     }
 
     /// Waits for `condition` (a hang guard of two minutes, not a timing).
+    /// Opens `directory`, where a store was dropped: its weak reference is cleared as its deinit begins,
+    /// on the thread that let go of it last, and the deinit releases the directory's locks a moment
+    /// later. Until then an open is refused as `unavailable`: it is tried again.
+    static func openOnceReleased(_ directory: TemporaryDirectory) async throws -> FileEventStore {
+        let deadline = ContinuousClock.now + .seconds(120)
+        while true {
+            do {
+                return try open(directory)
+            } catch let error as EventStoreError {
+                guard case .unavailable = error.kind, ContinuousClock.now < deadline else { throw error }
+            }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
     static func waitUntil(_ what: String, _ condition: () -> Bool) async throws {
         let deadline = ContinuousClock.now + .seconds(120)
         while !condition() {
