@@ -25,7 +25,7 @@
 /// ```swift
 /// enum RequestID { @TaskLocal static var current: String? }
 ///
-/// let scope = EffectScope<Effect, String>(
+/// let scope = EffectScope<Effect>(
 ///     capture: { RequestID.current },
 ///     sync: { id, _, body in try RequestID.$current.withValue(id) { try body() } },
 ///     async: { id, _, body in try await RequestID.$current.withValue(id) { try await body() } }

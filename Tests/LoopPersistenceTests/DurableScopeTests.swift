@@ -82,6 +82,24 @@ enum Filing {
 
 struct Unannounced: Error {}
 
+extension Filing {
+    /// A filing on a durable loop in memory, with what its handlers saw and what its scope was told.
+    static func loop() -> (
+        DurableLoop<State, Event, Effect>, seen: Locked<[String: String?]>,
+        told: Locked<[(event: String, caller: String?)]>
+    ) {
+        let seen = Locked<[String: String?]>([:])
+        let told = Locked<[(event: String, caller: String?)]>([])
+        let loop = DurableLoop(
+            stream: "filing",
+            program: program,
+            effects: router(seen: seen, told: told),
+            store: InMemoryEventStore()
+        )
+        return (loop, seen, told)
+    }
+}
+
 @Suite struct DurableScopeTests {
     @Test func eachDurableEffectRunsWithTheContextOfItsOwnEventThoughTheirBatchesAreShared() async throws {
         let seen = Locked<[String: String?]>([:])
@@ -123,14 +141,7 @@ struct Unannounced: Error {}
     }
 
     @Test func aPlainSendAndADurableSendCarryTheirContextsToo() async throws {
-        let seen = Locked<[String: String?]>([:])
-        let told = Locked<[(event: String, caller: String?)]>([])
-        let ledger = DurableLoop(
-            stream: "filing",
-            program: Filing.program,
-            effects: Filing.router(seen: seen, told: told),
-            store: InMemoryEventStore()
-        )
+        let (ledger, seen, _) = Filing.loop()
         let running = Task { try await ledger.run() }
         CallerID.$current.withValue("plain") { _ = ledger.send(.announced(1)) }
         _ = try await CallerID.$current.withValue("durable") { try await ledger.sendDurably(.announced(2)) }
@@ -144,14 +155,7 @@ struct Unannounced: Error {}
     }
 
     @Test func theEventAnErrorMapsToKeepsTheContextOfTheEffectThatFailed() async throws {
-        let seen = Locked<[String: String?]>([:])
-        let told = Locked<[(event: String, caller: String?)]>([])
-        let filing = DurableLoop(
-            stream: "filing",
-            program: Filing.program,
-            effects: Filing.router(seen: seen, told: told),
-            store: InMemoryEventStore()
-        )
+        let (filing, seen, told) = Filing.loop()
         let running = Task { try await filing.run() }
         for n in 100..<110 {
             _ = try await CallerID.$current.withValue("caller-\(n)") {

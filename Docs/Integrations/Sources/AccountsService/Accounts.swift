@@ -25,19 +25,22 @@ public struct DurableAccounts: Accounts {
     /// How long a command may wait for its answer.
     public let timeout: Duration
 
-    /// Accounts on `store`, each kept live while used (`passivation`).
+    /// Accounts on `store`, each kept live while used (`passivation`), each remembering its last
+    /// `keysKept` request ids (see ``/LoopPersistence/KeyWindow``).
     public init(
         store: any EventStore,
         passivation: DurableLoopGroup<String, Account.State, Account.Event, Account.Effect>.Passivation =
             .init(idleAfter: .seconds(300), maximumLive: 10_000),
         observer: (any LoopGroupObserver<String, Account.Event, Account.Effect>)? = nil,
-        timeout: Duration = .seconds(5)
+        timeout: Duration = .seconds(5),
+        keysKept: Int = 1_000
     ) {
         group = DurableLoopGroup(
             stream: { "account-\($0)" },
             program: Account.program,
             effects: EffectRouter(),
             store: store,
+            keysKept: keysKept,
             passivation: passivation,
             observer: observer
         )

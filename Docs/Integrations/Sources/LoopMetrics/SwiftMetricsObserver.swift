@@ -13,6 +13,7 @@ internal import Synchronization
 /// | `effectloop_events_rejected_total` | counter | `event`, `reason` |
 /// | `effectloop_events_dropped_total` | counter | `event` |
 /// | `effectloop_effects_total` | counter | `effect`, `outcome` |
+/// | `effectloop_effects_produced_total` | counter | `event`, `effect` |
 /// | `effectloop_update_duration_seconds` | timer | `event` |
 /// | `effectloop_effect_duration_seconds` | timer | `effect` (completed and failed effects) |
 /// | `effectloop_inbox_depth` | gauge | |
@@ -54,8 +55,11 @@ public final class SwiftMetricsObserver<ID: Hashable & Sendable, Event: Sendable
 
     private func record(_ activity: LoopActivity<Event, Effect>) {
         switch activity {
-        case .eventProcessed(let event, let origin, let duration, let depth, _, _):
+        case .eventProcessed(let event, let origin, let duration, let depth, let effects, _):
             let name = Self.name(event)
+            for effect in effects {
+                counter("effectloop_effects_produced_total", ["event", name, "effect", Self.name(effect)]).increment()
+            }
             counter("effectloop_events_processed_total", ["event", name, "origin", "\(origin)"]).increment()
             timer("effectloop_update_duration_seconds", ["event", name]).record(duration: duration)
             inboxDepth().record(depth)

@@ -72,6 +72,11 @@ enum Orders {
             [("loop", "orders"), ("effect", "store"), ("outcome", "started")]
         )
         #expect(started.totalValue == 3)
+        let produced = try metrics.expectCounter(
+            "effectloop_effects_produced_total",
+            [("loop", "orders"), ("event", "place"), ("effect", "store")]
+        )
+        #expect(produced.totalValue == 3)
         let failed = try metrics.expectCounter(
             "effectloop_effects_total",
             [("loop", "orders"), ("effect", "store"), ("outcome", "failed")]

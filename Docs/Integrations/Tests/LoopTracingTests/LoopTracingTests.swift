@@ -77,25 +77,39 @@ enum Checkout {
 }
 
 @Suite struct LoopTracingTests {
-    @Test func eachEffectIsASpanUnderTheRequestThatCausedIt() async throws {
+    /// Runs the checkout on a loop: pays each amount of `requests` inside a span of its own (as an
+    /// instrumented HTTP server runs its handlers; `nil`: outside any span), waits until `done`, and
+    /// returns the spans and the emails.
+    func traced(
+        events: Bool = true,
+        paying requests: [Int?],
+        until done: @escaping (LoopReport, Checkout.Emails) -> Bool
+    ) async throws -> (spans: [FinishedInMemorySpan], emails: Checkout.Emails) {
         let tracer = InMemoryTracer()
         let emails = Checkout.Emails()
-        let loop = Loop(program: Checkout.program, effects: Checkout.router(tracer: tracer, emails: emails))
+        let loop = Loop(
+            program: Checkout.program,
+            effects: Checkout.router(tracer: tracer, emails: emails, events: events)
+        )
         let running = Task { try await loop.run() }
         while !loop.isRunning { await Task.yield() }
-        // Two requests, each in a span of its own, as an instrumented HTTP server runs its handlers.
-        for amount in [10, 500] {
-            tracer.withSpan("POST /pay \(amount)", ofKind: .server) { _ in
-                _ = loop.send(.pay(amount))
+        for request in requests {
+            if let amount = request {
+                tracer.withSpan("POST /pay \(amount)", ofKind: .server) { _ in _ = loop.send(.pay(amount)) }
+            } else {
+                loop.send(.pay(1))
             }
         }
-        for _ in 0..<100_000 where emails.count < 1 || loop.report.effectsFailed < 1 {
-            try await Task.sleep(for: .milliseconds(1))
-        }
+        for _ in 0..<100_000 where !done(loop.report, emails) { try await Task.sleep(for: .milliseconds(1)) }
         loop.stop()
         _ = try await running.value
+        return (tracer.finishedSpans, emails)
+    }
 
-        let spans = tracer.finishedSpans
+    @Test func eachEffectIsASpanUnderTheRequestThatCausedIt() async throws {
+        let (spans, emails) = try await traced(paying: [10, 500]) { report, emails in
+            emails.count >= 1 && report.effectsFailed >= 1
+        }
         let request10 = try #require(spans.first { $0.operationName == "POST /pay 10" })
         let request500 = try #require(spans.first { $0.operationName == "POST /pay 500" })
         let charges = spans.filter { $0.operationName == "effect charge" }
@@ -114,20 +128,7 @@ enum Checkout {
     }
 
     @Test func anEventSentOutsideAnySpanStartsARootSpanAndItsFollowUpsAreItsChildren() async throws {
-        let tracer = InMemoryTracer()
-        let loop = Loop(
-            program: Checkout.program,
-            effects: Checkout.router(tracer: tracer, emails: Checkout.Emails())
-        )
-        let running = Task { try await loop.run() }
-        while !loop.isRunning { await Task.yield() }
-        loop.send(.pay(1))
-        for _ in 0..<100_000 where !tracer.finishedSpans.contains(where: { $0.operationName == "effect email" }) {
-            try await Task.sleep(for: .milliseconds(1))
-        }
-        loop.stop()
-        _ = try await running.value
-        let spans = tracer.finishedSpans
+        let (spans, _) = try await traced(paying: [nil]) { _, emails in emails.count >= 1 }
         let charge = try #require(spans.first { $0.operationName == "effect charge" })
         let email = try #require(spans.first { $0.operationName == "effect email" })
         #expect(charge.parentSpanID == nil)
@@ -135,17 +136,7 @@ enum Checkout {
     }
 
     @Test func eachEventIsASpanUnderTheContextItWasSentWithBesideItsEffects() async throws {
-        let tracer = InMemoryTracer()
-        let emails = Checkout.Emails()
-        let loop = Loop(program: Checkout.program, effects: Checkout.router(tracer: tracer, emails: emails))
-        let running = Task { try await loop.run() }
-        while !loop.isRunning { await Task.yield() }
-        tracer.withSpan("POST /pay 10", ofKind: .server) { _ in _ = loop.send(.pay(10)) }
-        for _ in 0..<100_000 where emails.count < 1 { try await Task.sleep(for: .milliseconds(1)) }
-        loop.stop()
-        _ = try await running.value
-
-        let spans = tracer.finishedSpans
+        let (spans, _) = try await traced(paying: [10]) { _, emails in emails.count >= 1 }
         let request = try #require(spans.first { $0.operationName == "POST /pay 10" })
         let charge = try #require(spans.first { $0.operationName == "effect charge" })
         // The request's event: a child of the request, covering the update, ended before its effect began.
@@ -161,20 +152,8 @@ enum Checkout {
     }
 
     @Test func eventSpansAreLeftOutWhenTheScopeIsToldNotToName() async throws {
-        let tracer = InMemoryTracer()
-        let emails = Checkout.Emails()
-        let loop = Loop(
-            program: Checkout.program,
-            effects: Checkout.router(tracer: tracer, emails: emails, events: false)
-        )
-        let running = Task { try await loop.run() }
-        while !loop.isRunning { await Task.yield() }
-        tracer.withSpan("POST /pay 10", ofKind: .server) { _ in _ = loop.send(.pay(10)) }
-        for _ in 0..<100_000 where emails.count < 1 { try await Task.sleep(for: .milliseconds(1)) }
-        loop.stop()
-        _ = try await running.value
-        let names = tracer.finishedSpans.map(\.operationName)
-        #expect(names.sorted() == ["POST /pay 10", "effect charge", "effect email"])
+        let (spans, _) = try await traced(events: false, paying: [10]) { _, emails in emails.count >= 1 }
+        #expect(spans.map(\.operationName).sorted() == ["POST /pay 10", "effect charge", "effect email"])
     }
 
     @Test func aDurableRequestsEventAndEffectSpansAreChildrenOfTheRequest() async throws {
