@@ -183,6 +183,12 @@ public struct EffectContext: Hashable, Sendable {
         self.carried = carried
     }
 
+    /// What `scope` captures for an event sent now: ``none`` without a scope.
+    @inlinable
+    package static func captured<Effect>(by scope: EffectScope<Effect>?) -> EffectContext {
+        scope.map { EffectContext($0.captured()) } ?? .none
+    }
+
     /// Always `true`: a context is not part of a value's meaning.
     @inlinable
     public static func == (lhs: EffectContext, rhs: EffectContext) -> Bool { true }

@@ -109,7 +109,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
             sources: sources.map { [scope = router.scope] source in
                 ClosureEventSource { send in
                     try await source.run(
-                        send: send.map { .event($0, ticket: nil, context: EffectContext(scope?.captured())) }
+                        send: send.map { .event($0, ticket: nil, context: .captured(by: scope)) }
                     )
                 }
             },
@@ -136,7 +136,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     func deliver(_ input: DurableInput<State, Event>) -> Delivery {
         if failures.any.load(ordering: .acquiring) { return .rejected(.failed) }
         // On the sender's task: what the scope captures here reaches the scope around the event's effects.
-        let delivery = core.send(scope.map { input.carrying(EffectContext($0.captured())) } ?? input)
+        let delivery = core.send(input.carrying(capturedBy: scope))
         if case .read = input { tally.sent(delivery) }
         return delivery
     }

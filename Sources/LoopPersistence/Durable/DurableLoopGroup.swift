@@ -340,7 +340,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
                 return passivation.maximumLive.map { residents.count > $0 } ?? false
             }
         // On the sender's task: what the scope captures here reaches the scope around the event's effects.
-        let input = scope.map { input.carrying(EffectContext($0.captured())) } ?? input
+        let input = input.carrying(capturedBy: scope)
         var delivery = core.send(input, to: id)
         if case .read = input { tally.sent(delivery) }
         // A loop passivated after this sender found it refuses; looking again starts a new one.

@@ -586,6 +586,14 @@ extension DurableInput {
         }
     }
 
+    /// The same input, carrying what `scope` captures now if it is a program's event; the input as it is
+    /// without a scope.
+    @inlinable
+    func carrying<Effect>(capturedBy scope: EffectScope<Effect>?) -> DurableInput {
+        guard let scope else { return self }
+        return carrying(EffectContext.captured(by: scope))
+    }
+
     /// The same input, carrying `context` (evaluated only then) if it is a program's event (a plain one
     /// or a call).
     @inlinable

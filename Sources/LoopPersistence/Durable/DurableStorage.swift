@@ -217,7 +217,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         // kept with the event until its own effects run. The event an effect's error maps to carries the
         // effect's own context (it is made where the loop decides: nothing is captured there).
         return effects.mapEvents(
-            { DurableInput.event($0, ticket: nil, context: scope.map { EffectContext($0.captured()) } ?? .none) },
+            { DurableInput.event($0, ticket: nil, context: .captured(by: scope)) },
             errors: { DurableInput.event($0, ticket: nil) }
         )
         .pullback(
