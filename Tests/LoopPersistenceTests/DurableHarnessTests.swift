@@ -98,6 +98,23 @@ import Testing
         try await poll("the thread is back under SCHED_IDLE") { work.scheduling.policy == 5 }
     }
 
+    /// A job that waited while the thread was still starting raises it too: the thread looks for a raise
+    /// after it went idle, so the raise is not undone by the thread's own first change (ci: the raise
+    /// fell between the thread's publishing itself and its going idle, and it stayed idle for good).
+    @Test func aJobThatWaitedWhileTheThreadStartedRaisesIt() async throws {
+        // Raised at once: the timer fires while the new thread starts, or right after.
+        let work = IdleWork(patience: .zero)
+        let (blocker, gate) = await occupy(work)
+        if work.scheduling.idles {
+            try await poll("the thread is raised") { work.scheduling.policy == 0 }
+        }
+        gate.signal()
+        #expect(await blocker.value == 0)
+        if work.scheduling.idles {
+            try await poll("the thread is back under SCHED_IDLE") { work.scheduling.policy == 5 }
+        }
+    }
+
     /// Occupies `work`'s thread with a job that returns 0 once the semaphore is signalled.
     func occupy(_ work: IdleWork) async -> (job: Task<Int?, Never>, gate: DispatchSemaphore) {
         let started = Locked(false)

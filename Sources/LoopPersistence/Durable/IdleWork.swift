@@ -34,7 +34,8 @@ package final class IdleWork: Sendable {
         var jobs: [Job] = []
         /// The thread, once it runs.
         var id: pthread_t?
-        /// Whether it runs at `nice` 19 now, because a job waited too long under `SCHED_IDLE`.
+        /// Whether a job waited too long under `SCHED_IDLE`: the thread runs under `SCHED_OTHER` (at `nice`
+        /// 19) until its queue is empty. Set before the thread changes, so it can look again after a change.
         var raised = false
         /// Whether it may go to `SCHED_IDLE` and come back.
         var idles = false
@@ -56,14 +57,19 @@ package final class IdleWork: Sendable {
         let started = OSThread(
             {
                 let idles = Self.mayReturnFromIdle()
-                state.withLock {
-                    $0.id = pthread_self()
-                    $0.idles = idles
-                }
                 // On Linux the `nice` of a thread is its own: `PRIO_PROCESS` with 0 names the calling
                 // thread. It stays 19 under every policy this thread takes.
                 _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 19)
+                // The thread goes idle before it is known to `raise`, then looks whether a job asked for
+                // it meanwhile: a raise that came before this (a job that waited while the thread was
+                // being started) is not undone by it.
                 if idles { Self.schedule(pthread_self(), idle: true) }
+                let raised = state.withLock {
+                    $0.id = pthread_self()
+                    $0.idles = idles
+                    return $0.raised
+                }
+                if idles, raised { Self.schedule(pthread_self(), idle: false) }
                 while true {
                     signal.wait()
                     let job = state.withLock { thread -> Job? in
@@ -72,15 +78,21 @@ package final class IdleWork: Sendable {
                         return thread.jobs.removeFirst()
                     }
                     job?.run(true)
-                    // The queue is empty: back to waiting for idle processors only. (Checked under the
-                    // lock `raise` takes, so a late raise finds the thread idle, or is undone here.)
+                    // The queue is empty: back to waiting for idle processors only.
                     let lower = state.withLock { thread -> Bool in
                         thread.busy = false
                         guard thread.raised, thread.jobs.isEmpty else { return false }
                         thread.raised = false
-                        return true
+                        return thread.idles
                     }
-                    if lower { Self.schedule(pthread_self(), idle: true) }
+                    guard lower else { continue }
+                    Self.schedule(pthread_self(), idle: true)
+                    // A raise between the lock above and that change set the thread's policy before it
+                    // (and was undone by it) or sets it after; either way it has marked the thread
+                    // raised first, so looking again after the change finds every raise it undid. (The
+                    // thread never holds the lock while it is idle: a busy processor could keep it
+                    // there, and every `run` with it.)
+                    if state.withLock({ $0.raised }) { Self.schedule(pthread_self(), idle: false) }
                 }
             },
             runHereIfUnavailable: false
@@ -135,13 +147,13 @@ package final class IdleWork: Sendable {
     }
 
     /// A job has waited `patience` under `SCHED_IDLE`: the thread gets `nice` 19 until its queue is empty.
+    /// Marked raised even before the thread runs (it raises itself when it starts) and where it cannot
+    /// idle (nothing to change then).
     private static func raise(_ thread: Locked<Thread>) {
         let id = thread.withLock { thread -> pthread_t? in
-            guard thread.idles, !thread.raised, thread.busy || !thread.jobs.isEmpty, let id = thread.id else {
-                return nil
-            }
+            guard !thread.raised, thread.busy || !thread.jobs.isEmpty else { return nil }
             thread.raised = true
-            return id
+            return thread.idles ? thread.id : nil
         }
         if let id { Self.schedule(id, idle: false) }
     }
