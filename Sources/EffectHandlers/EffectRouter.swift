@@ -264,16 +264,20 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
 
     /// ``pullback(_:)``, with each effect performed under the ``IdempotencyKey`` `key` gives its outer
     /// effect (``IdempotencyKey/current`` while its handler runs), and inside the scope with the context
-    /// `context` finds in the outer effect, if any: how a durable loop keys its effects and hands each the
-    /// context of its own event.
+    /// `context` finds in the outer effect, if any; and scheduled by the lifecycle `lifecycle` gives an
+    /// outer effect, if it gives one, in place of its inner effect's: how a durable loop keys its effects,
+    /// hands each the context of its own event, and starts a timer's effect once its wait is over.
     @inlinable
     package func pullback<Outer: Sendable>(
         _ extract: @escaping @Sendable (Outer) -> Effect?,
         key: (@Sendable (Outer) -> IdempotencyKey?)?,
-        context: (@Sendable (Outer) -> CarriedContext??)? = nil
+        context: (@Sendable (Outer) -> CarriedContext??)? = nil,
+        lifecycle: (@Sendable (Outer) -> EffectLifecycle?)? = nil
     ) -> EffectRouter<Outer, Event> {
         let lifecycleOf = self.lifecycleOf
-        var outer = EffectRouter<Outer, Event>(lifecycleOf: { extract($0).map(lifecycleOf) ?? .concurrent() })
+        let inner: @Sendable (Outer) -> EffectLifecycle = { extract($0).map(lifecycleOf) ?? .concurrent() }
+        var outer = EffectRouter<Outer, Event>(lifecycleOf: inner)
+        if let lifecycle { outer = EffectRouter<Outer, Event>(lifecycleOf: { lifecycle($0) ?? inner($0) }) }
         outer.hasAsyncRoutes = hasAsyncRoutes
         outer.routes = routes.map { route in
             let accepts = route.accepts

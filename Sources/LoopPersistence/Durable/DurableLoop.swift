@@ -88,7 +88,13 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         self.tally = tally
         self.scope = router.scope
         self.stream = stream
-        let storage = DurableStorage(store: store, events: events, states: states, keysKept: keysKept) { _ in program }
+        let storage = DurableStorage(
+            store: store,
+            events: events,
+            states: states,
+            keysKept: keysKept,
+            clock: clock
+        ) { _ in program }
         self.storage = storage
         self.callers = callers
         core = Loop(

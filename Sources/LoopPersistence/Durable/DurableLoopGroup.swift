@@ -151,7 +151,13 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
             } else {
                 nil
             }
-        let storage = DurableStorage(store: store, events: events, states: states, keysKept: keysKept) { name in
+        let storage = DurableStorage(
+            store: store,
+            events: events,
+            states: states,
+            keysKept: keysKept,
+            clock: clock
+        ) { name in
             shared?.program ?? starting.withLock { $0.removeValue(forKey: name) }
         }
         self.storage = storage

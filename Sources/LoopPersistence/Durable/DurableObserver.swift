@@ -45,7 +45,7 @@ public struct DurableObserver<State: Sendable, Event: Sendable, Effect: Sendable
         }
         func effect(_ effect: DurableEffect<State, Event, Effect>) -> Effect? {
             switch effect {
-            case .effect(let effect, _, _), .reply(let effect, _, _): effect
+            case .effect(let effect, _, _, _), .reply(let effect, _, _): effect
             default: nil
             }
         }

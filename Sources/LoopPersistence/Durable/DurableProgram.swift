@@ -26,18 +26,23 @@ public struct DurableProgram<State, Event, Effect> {
     /// How the program's answers to requests are found among its effects (see ``replying(_:)``);
     /// `nil` for a program that answers no requests.
     public var replies: ReplyRecording<Effect>?
+    /// How the program's effects that wait are kept across restarts (see ``keepingTimers(codec:)``);
+    /// `nil`: they wait in memory only, and a restart forgets them.
+    public var timers: TimerRecording<Effect>?
 
     /// Creates a durable program.
     public init(
         initial: State,
         update: Update<State, Event, Effect>,
         resume: @escaping @Sendable (State) -> [Effect] = { _ in [] },
-        replies: ReplyRecording<Effect>? = nil
+        replies: ReplyRecording<Effect>? = nil,
+        timers: TimerRecording<Effect>? = nil
     ) {
         self.initial = initial
         self.update = update
         self.resume = resume
         self.replies = replies
+        self.timers = timers
     }
 
     /// The program, answering requests with the replies `extract` finds among its effects, whose values
@@ -84,11 +89,22 @@ public enum DurableInput<State, Event> {
     /// A caller asks for the state as of the last recorded event, once every event applied before the
     /// read is recorded; `ticket` identifies it.
     case read(ticket: UInt64)
-    /// The stream was read back: the state after its last event, that event's version, the version of
-    /// the snapshot it started from (0 for none), and the callers' keys recorded (`nil`: none).
-    indirect case recovered(State, version: UInt64, snapshot: UInt64, keys: KeyWindow? = nil)
-    /// The events up to `version` are durable.
-    case recorded(upTo: UInt64)
+    /// The stream was read back: the state after its last record, that record's version, the version of
+    /// the snapshot it started from (0 for none), the callers' keys recorded (`nil`: none), the timers
+    /// still waiting, and the time on the loop's ``EpochClock`` as it was read back.
+    indirect case recovered(
+        State,
+        version: UInt64,
+        snapshot: UInt64,
+        keys: KeyWindow? = nil,
+        timers: [RecordedTimer] = [],
+        now: Duration = .zero
+    )
+    /// The records up to `version` are durable, written at `at` on the loop's ``EpochClock`` (given when
+    /// they started timers).
+    case recorded(upTo: UInt64, at: Duration? = nil)
+    /// A timer's wait is over: its effect starts (see ``DurableProgram/keepingTimers(codec:)``).
+    case timerDue(TimerName)
     /// The store failed (or the stream could not be read back): why.
     case failed(DurableFailure)
     /// A snapshot could not be saved. Its events are durable, so the loop goes on; the next snapshot
@@ -102,20 +118,31 @@ public enum DurableEffect<State, Event, Effect> {
     /// An effect of the program, performed by its route; its handler sees `key` as
     /// ``/EffectHandlers/IdempotencyKey/current``, and runs in the router's scope with `context`, its
     /// event's. A reply (see ``DurableProgram/replies``) is delivered to the callers waiting for its
-    /// reply address.
-    case effect(Effect, key: IdempotencyKey? = nil, context: EffectContext = .none)
+    /// reply address. `lifecycle`, when given, replaces the effect's own (a timer's effect, once due,
+    /// starts without waiting again).
+    case effect(
+        Effect,
+        key: IdempotencyKey? = nil,
+        context: EffectContext = .none,
+        lifecycle: EffectLifecycle? = nil
+    )
+    /// Wait for a timer, with `lifecycle` (its effect's key and policy, and the time left), then tell
+    /// the loop it is due (``DurableInput/timerDue(_:)``).
+    case wait(TimerName, lifecycle: EffectLifecycle)
     /// Read the stream back: its latest snapshot, then every event after it folded through the update.
     case recover(stream: String)
     /// Append `events` to `stream`, which is at version `expecting`, each with its note (by position in
-    /// `events`) if it has one; then, if `snapshot` is set, save it as the state at the new version,
-    /// with the callers' keys `keys`. The events are acknowledged before the snapshot is saved.
+    /// `events`) if it has one, and a note at position `events.count` as a record of its own, with no
+    /// event; then, if `snapshot` is set, save it as the state at the new version, with the callers' keys
+    /// `keys` and the timers `timers`. The events are acknowledged before the snapshot is saved.
     indirect case append(
         stream: String,
         events: [Event],
         expecting: UInt64,
         snapshot: State?,
         notes: [Int: EventNote] = [:],
-        keys: KeyWindow? = nil
+        keys: KeyWindow? = nil,
+        timers: [RecordedTimer]? = nil
     )
     /// Tell waiting senders their events are durable: each ticket with its event's version.
     case acknowledge([Acknowledgement])
@@ -237,13 +264,17 @@ public struct DurableState<State, Event, Effect> {
     public var duplicateReplies = 0
     /// Replies dropped because their event will never be recorded (the store failed).
     public var droppedReplies = 0
+    /// The timers waiting, in the order they were asked for (see ``DurableProgram/keepingTimers(codec:)``).
+    public var timers: [DurableTimer<Effect>] = []
+    /// The timers that started since the last record was handed to the store.
+    public var fired: [TimerName] = []
 
     /// Whether nothing is on its way to the store: the loop may be passivated (and recovered later)
     /// without losing or repeating anything.
     @inlinable
     public var isQuiet: Bool {
         phase == .running && !appending && unrecorded.isEmpty && pending.isEmpty && held.isEmpty
-            && repeats.isEmpty && reads.isEmpty
+            && repeats.isEmpty && reads.isEmpty && fired.isEmpty
     }
 
     /// A loop about to recover `stream`, starting from `initial` when the stream is new, keeping at most
@@ -273,7 +304,7 @@ extension DurableProgram {
     public func durableUpdate(
         snapshotEvery: UInt64?
     ) -> Update<DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>> {
-        let (update, resume, replies) = (self.update, self.resume, self.replies)
+        let (update, resume, replies, timers) = (self.update, self.resume, self.replies, self.timers)
         return Update { (durable: inout DurableState<State, Event, Effect>, input: DurableInput<State, Event>) in
             switch input {
             case .event(let event, let ticket, let context):
@@ -284,8 +315,16 @@ extension DurableProgram {
                 case .failed(let reason):
                     return ticket.map { [.fail(stream: durable.stream, tickets: [$0], reason: reason)] } ?? []
                 case .running:
-                    durable.apply(event, ticket: ticket, context: context, note: nil, update: update, replies: replies)
-                    return durable.handOver(snapshotEvery: snapshotEvery)
+                    durable.apply(
+                        event,
+                        ticket: ticket,
+                        context: context,
+                        note: nil,
+                        update: update,
+                        replies: replies,
+                        timers: timers
+                    )
+                    return durable.handOver(snapshotEvery: snapshotEvery, timers: timers)
                 }
             case .call(let call):
                 switch durable.phase {
@@ -295,8 +334,8 @@ extension DurableProgram {
                 case .failed(let reason):
                     return [.fail(stream: durable.stream, tickets: call.ticket.map { [$0] } ?? [], reason: reason)]
                 case .running:
-                    var effects = durable.accept(call, update: update, replies: replies)
-                    effects += durable.handOver(snapshotEvery: snapshotEvery)
+                    var effects = durable.accept(call, update: update, replies: replies, timers: timers)
+                    effects += durable.handOver(snapshotEvery: snapshotEvery, timers: timers)
                     return effects
                 }
             case .read(let ticket):
@@ -314,9 +353,41 @@ extension DurableProgram {
                     }
                     return durable.releaseReads()
                 }
-            case .recovered(let state, let version, let snapshot, let keys):
+            case .recovered(let state, let version, let snapshot, let keys, let recordedTimers, let now):
                 guard durable.phase == .recovering else { return [] }
+                var waiting: [DurableTimer<Effect>] = []
+                if let timers {
+                    for recorded in recordedTimers {
+                        do {
+                            let effect = try timers.decode(recorded.payload)
+                            let lifecycle = timers.lifecycle(effect)
+                            waiting.append(
+                                DurableTimer(
+                                    version: recorded.version,
+                                    index: recorded.index,
+                                    effect: effect,
+                                    payload: recorded.payload,
+                                    delay: recorded.delay,
+                                    lifecycle: lifecycle,
+                                    due: recorded.due ?? now
+                                )
+                            )
+                        } catch {
+                            let reason = DurableFailure(
+                                .undecodable(
+                                    .event,
+                                    version: recorded.version,
+                                    reason: "the effect of its timer \(recorded.name) does not decode: \(error)"
+                                ),
+                                stream: durable.stream,
+                                whileRecovering: true
+                            )
+                            return durable.fail(reason, replies: replies)
+                        }
+                    }
+                }
                 durable.phase = .running
+                durable.timers = waiting
                 durable.state = state
                 durable.version = version
                 durable.recorded = version
@@ -352,31 +423,66 @@ extension DurableProgram {
                     }
                     // Those that asked before any held call are answered with the recovered state now.
                     effects += durable.releaseReads()
-                    if index < held.count { effects += durable.accept(held[index], update: update, replies: replies) }
+                    if index < held.count {
+                        effects += durable.accept(held[index], update: update, replies: replies, timers: timers)
+                    }
                 }
-                effects += durable.handOver(snapshotEvery: snapshotEvery)
+                // The recovered timers wait what is left of them, unless a held call has ended them.
+                let left = Set(durable.timers.map(\.name))
+                for timer in waiting where left.contains(timer.name) {
+                    let wait = TimerRecording<Effect>.wait(timer.lifecycle, left: (timer.due ?? now) - now)
+                    effects.append(.wait(timer.name, lifecycle: wait))
+                }
+                effects += durable.handOver(snapshotEvery: snapshotEvery, timers: timers)
                 return effects
-            case .recorded(let version):
+            case .recorded(let version, let at):
                 guard durable.phase == .running, version > durable.recorded else { return [] }
                 durable.recorded = version
                 durable.appending = false
+                // The timers these records started are due from the time they were written.
+                if let at, !durable.timers.isEmpty {
+                    for index in durable.timers.indices
+                    where durable.timers[index].due == nil && durable.timers[index].version <= version {
+                        durable.timers[index].due = at + durable.timers[index].delay
+                    }
+                }
                 var effects: [DurableEffect<State, Event, Effect>] = []
                 var acknowledgements: [Acknowledgement] = []
                 let released = durable.pending.prefix { $0.version <= version }
                 for pending in released {
                     let (stream, version) = (durable.stream, pending.version)
-                    effects += pending.effects.enumerated().map { index, effect in
+                    for (index, effect) in pending.effects.enumerated() {
                         if let found = replies?.find(effect) {
-                            .reply(
-                                effect,
-                                stream: stream,
-                                delivery: ReplyDelivery(reply: found.reply, value: found.value)
+                            effects.append(
+                                .reply(
+                                    effect,
+                                    stream: stream,
+                                    delivery: ReplyDelivery(reply: found.reply, value: found.value)
+                                )
                             )
+                        } else if let timers, case let lifecycle = timers.lifecycle(effect),
+                            TimerRecording<Effect>.waits(lifecycle)
+                        {
+                            // It waits as a timer, unless a later event ended it already.
+                            let name = TimerName(version: version, index: index)
+                            if durable.timers.contains(where: { $0.name == name }) {
+                                effects.append(
+                                    .wait(
+                                        name,
+                                        lifecycle: TimerRecording<Effect>.wait(
+                                            lifecycle,
+                                            left: lifecycle.delay ?? .zero
+                                        )
+                                    )
+                                )
+                            }
                         } else {
-                            .effect(
-                                effect,
-                                key: IdempotencyKey(stream: stream, version: version, index: index),
-                                context: pending.context
+                            effects.append(
+                                .effect(
+                                    effect,
+                                    key: IdempotencyKey(stream: stream, version: version, index: index),
+                                    context: pending.context
+                                )
                             )
                         }
                     }
@@ -391,32 +497,54 @@ extension DurableProgram {
                 }
                 if !acknowledgements.isEmpty { effects.append(.acknowledge(acknowledgements)) }
                 if !durable.reads.isEmpty { effects += durable.releaseReads() }
-                return effects + durable.handOver(snapshotEvery: snapshotEvery)
+                return effects + durable.handOver(snapshotEvery: snapshotEvery, timers: timers)
+            case .timerDue(let name):
+                // A timer a later event ended, or one of a failed loop, does not start.
+                guard durable.phase == .running, let index = durable.timers.firstIndex(where: { $0.name == name })
+                else { return [] }
+                let timer = durable.timers.remove(at: index)
+                durable.fired.append(name)
+                let key = IdempotencyKey(stream: durable.stream, version: name.version, index: name.index)
+                let lifecycle = TimerRecording<Effect>.due(timer.lifecycle)
+                return [.effect(timer.effect, key: key, context: timer.context, lifecycle: lifecycle)]
+                    + durable.handOver(snapshotEvery: snapshotEvery, timers: timers)
             case .snapshotFailed(let reason):
                 durable.lastSnapshotFailure = reason
                 return []
             case .failed(let reason):
-                if case .failed = durable.phase { return [] }
-                durable.phase = .failed(reason)
-                if let replies {
-                    durable.droppedReplies += durable.pending.reduce(0) { count, pending in
-                        count + pending.effects.count { replies.find($0) != nil }
-                    }
-                }
-                let tickets =
-                    durable.pending.compactMap(\.ticket) + durable.held.compactMap(\.ticket)
-                    + durable.repeats.map(\.ticket) + durable.reads.map(\.ticket)
-                durable.pending = []
-                durable.held = []
-                durable.repeats = []
-                durable.reads = []
-                durable.readable = nil
-                durable.unrecorded = []
-                durable.notes = [:]
-                durable.appending = false
-                return [.fail(stream: durable.stream, tickets: tickets, reason: reason), .stop]
+                return durable.fail(reason, replies: replies)
             }
         }
+    }
+}
+
+extension DurableState {
+    /// The store failed (or the stream could not be read back): nothing more is applied, and every
+    /// caller waiting is told why.
+    @inlinable
+    mutating func fail(
+        _ reason: DurableFailure,
+        replies: ReplyRecording<Effect>?
+    ) -> [DurableEffect<State, Event, Effect>] {
+        if case .failed = phase { return [] }
+        phase = .failed(reason)
+        if let replies {
+            droppedReplies += pending.reduce(0) { count, pending in
+                count + pending.effects.count { replies.find($0) != nil }
+            }
+        }
+        let tickets =
+            pending.compactMap(\.ticket) + held.compactMap(\.ticket) + repeats.map(\.ticket) + reads.map(\.ticket)
+        pending = []
+        held = []
+        repeats = []
+        reads = []
+        readable = nil
+        unrecorded = []
+        notes = [:]
+        fired = []
+        appending = false
+        return [.fail(stream: stream, tickets: tickets, reason: reason), .stop]
     }
 }
 
@@ -430,11 +558,13 @@ extension DurableState {
         context: EffectContext = .none,
         note: EventNote?,
         update: Update<State, Event, Effect>,
-        replies: ReplyRecording<Effect>?
+        replies: ReplyRecording<Effect>?,
+        timers: TimerRecording<Effect>? = nil
     ) {
         var effects = update(&state, event)
         version += 1
         var note = note ?? EventNote()
+        if let timers, !effects.isEmpty { keep(effects, context: context, as: timers, in: &note.timers) }
         if let replies, !effects.isEmpty, keys.count > 0 {
             var index = 0
             while index < effects.count {
@@ -469,7 +599,8 @@ extension DurableState {
     mutating func accept(
         _ call: DurableCall<Event>,
         update: Update<State, Event, Effect>,
-        replies: ReplyRecording<Effect>?
+        replies: ReplyRecording<Effect>?,
+        timers: TimerRecording<Effect>? = nil
     ) -> [DurableEffect<State, Event, Effect>] {
         if call.reply != nil, replies == nil {
             return [.refuse(stream: stream, ticket: call.ticket, reply: call.reply, reason: .noReplies)]
@@ -477,7 +608,15 @@ extension DurableState {
         // A request's ticket only identifies it for a refusal: its caller waits for the reply, not the version.
         let ticket = call.reply == nil ? call.ticket : nil
         guard let key = call.key else {
-            apply(call.event, ticket: ticket, context: call.context, note: nil, update: update, replies: replies)
+            apply(
+                call.event,
+                ticket: ticket,
+                context: call.context,
+                note: nil,
+                update: update,
+                replies: replies,
+                timers: timers
+            )
             return []
         }
         guard let entry = keys[key] else {
@@ -494,7 +633,8 @@ extension DurableState {
                 context: call.context,
                 note: EventNote(key: entry),
                 update: update,
-                replies: replies
+                replies: replies,
+                timers: timers
             )
             return []
         }
@@ -541,16 +681,69 @@ extension DurableState {
         return answered.isEmpty ? [] : [.read(tickets: answered.map(\.ticket), state: batch.state)]
     }
 
-    /// Hands the unrecorded events to the store, unless an append is under way.
+    /// Keeps the effects of the event just applied (at ``version``) that wait as timers, noting them in
+    /// `note`; and ends, noting them too, the timers of the keys the effects cancel or replace (a
+    /// `cancel`, a `latest` or a newer debounce of the key), as the loop ends their waits once the
+    /// event is recorded.
     @inlinable
-    mutating func handOver(snapshotEvery: UInt64?) -> [DurableEffect<State, Event, Effect>] {
-        guard !appending, !unrecorded.isEmpty else { return [] }
+    mutating func keep(
+        _ effects: [Effect],
+        context: EffectContext,
+        as recording: TimerRecording<Effect>,
+        in note: inout TimerNote
+    ) {
+        for (index, effect) in effects.enumerated() {
+            let lifecycle = recording.lifecycle(effect)
+            if lifecycle.policy == .cancel || lifecycle.policy == .latest, let key = lifecycle.key, !timers.isEmpty {
+                let ending = timers.filter { $0.lifecycle.key == key }
+                if !ending.isEmpty {
+                    note.ended += ending.map(\.name)
+                    timers.removeAll { $0.lifecycle.key == key }
+                }
+            }
+            guard TimerRecording<Effect>.waits(lifecycle), let delay = lifecycle.delay else { continue }
+            let payload = Result { () throws(CodecError) -> [UInt8] in
+                do { return try recording.encode(effect) } catch { throw CodecError("\(error)") }
+            }
+            note.started.append(TimerNote.Started(index: index, delay: delay, payload: payload))
+            timers.append(
+                DurableTimer(
+                    version: version,
+                    index: index,
+                    effect: effect,
+                    payload: (try? payload.get()) ?? [],
+                    delay: delay,
+                    lifecycle: lifecycle,
+                    context: context
+                )
+            )
+        }
+    }
+
+    /// Hands the unrecorded events to the store, unless an append is under way; with them (or in a record
+    /// of their own, when there are none) the timers that started since the last record.
+    @inlinable
+    mutating func handOver(
+        snapshotEvery: UInt64?,
+        timers recording: TimerRecording<Effect>? = nil
+    ) -> [DurableEffect<State, Event, Effect>] {
+        guard !appending, !unrecorded.isEmpty || !fired.isEmpty else { return [] }
         appending = true
         let events = unrecorded
-        let notes = self.notes
+        var notes = self.notes
         unrecorded = []
         self.notes = [:]
-        sinceSnapshot += UInt64(events.count)
+        var records = events.count
+        if !fired.isEmpty {
+            if events.isEmpty {
+                // A record of its own, after the last one.
+                version += 1
+                records = 1
+            }
+            notes[max(events.count - 1, 0), default: EventNote()].timers.fired = fired
+            fired = []
+        }
+        sinceSnapshot += UInt64(records)
         var snapshot: State?
         if let every = snapshotEvery, sinceSnapshot >= every {
             snapshot = state
@@ -562,10 +755,11 @@ extension DurableState {
             .append(
                 stream: stream,
                 events: events,
-                expecting: version - UInt64(events.count),
+                expecting: version - UInt64(records),
                 snapshot: snapshot,
                 notes: notes,
-                keys: snapshot != nil && keys.count > 0 ? keys : nil
+                keys: snapshot != nil && keys.count > 0 ? keys : nil,
+                timers: snapshot != nil && recording != nil ? timers.map(\.recorded) : nil
             )
         ]
     }

@@ -17,6 +17,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
     /// Unique within the process: a snapshot waiting for the idle thread is replaced only by a newer one
     /// of the same stream of the same loop or group (other stores may have streams of the same name).
     @usableFromInline let identity: UInt64
+    /// The clock timers' due times are recorded on.
+    @usableFromInline let epoch: any EpochClock
 
     @inlinable
     init(
@@ -24,18 +26,20 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         events: any EventCodec<Event>,
         states: any EventCodec<State>,
         keysKept: Int,
+        clock: any Clock<Duration>,
         program: @escaping @Sendable (String) -> DurableProgram<State, Event, Effect>?
     ) {
         self.store = store
         self.events = events
         self.states = states
         self.keysKept = keysKept
+        self.epoch = (clock as? any EpochClock) ?? SystemEpochClock()
         self.program = program
         identity = storageIdentities.add(1, ordering: .relaxed).newValue
     }
 
     /// The latest snapshot, then every later event folded through the update, one page in memory; the
-    /// callers' keys the snapshot and the events carry come back with the state.
+    /// callers' keys and the timers the snapshot and the records carry come back with the state.
     @inlinable
     func recover(_ stream: String) async -> DurableInput<State, Event> {
         guard let program = program(stream) else {
@@ -45,12 +49,14 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         var version: UInt64 = 0
         var snapshotVersion: UInt64 = 0
         var keys = KeyWindow(capacity: keysKept)
+        var timers: [TimerName: RecordedTimer] = [:]
         do {
             if let snapshot = try await store.latestSnapshot(of: stream) {
                 do {
                     let stored = try RecordEnvelope.snapshot(snapshot.payload, capacity: keysKept)
                     state = try states.decode(stored.state)
                     if let recorded = stored.keys { keys = recorded }
+                    for timer in stored.timers { timers[timer.name] = timer }
                 } catch {
                     return .failed(
                         DurableFailure(
@@ -64,11 +70,11 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 snapshotVersion = snapshot.version
             }
             for try await stored in store.events(of: stream, after: version) {
-                let event: Event
+                let event: Event?
                 let note: EventNote?
                 do {
                     let record = try RecordEnvelope.event(stored.payload)
-                    event = try events.decode(record.event)
+                    event = try record.event.map(events.decode)
                     note = record.note
                 } catch {
                     return .failed(
@@ -79,14 +85,42 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                         )
                     )
                 }
-                if let note { keys.record(note) }
-                _ = program.update(&state, event)
+                if let note {
+                    keys.record(note)
+                    if !note.timers.isEmpty { Self.record(note.timers, at: stored.version, in: &timers) }
+                }
+                if let event { _ = program.update(&state, event) }
                 version = stored.version
             }
         } catch {
             return .failed(DurableFailure(storeError: error, stream: stream, whileRecovering: true))
         }
-        return .recovered(state, version: version, snapshot: snapshotVersion, keys: keys.count > 0 ? keys : nil)
+        return .recovered(
+            state,
+            version: version,
+            snapshot: snapshotVersion,
+            keys: keys.count > 0 ? keys : nil,
+            timers: timers.values.sorted { $0.name < $1.name },
+            now: epoch.sinceEpoch
+        )
+    }
+
+    /// Applies what the record at `version` says of timers to those waiting: the ones it started, due
+    /// their delay after the record's time, then the ones it ended or saw start.
+    @inlinable
+    static func record(_ note: TimerNote, at version: UInt64, in timers: inout [TimerName: RecordedTimer]) {
+        for started in note.started {
+            let name = TimerName(version: version, index: started.index)
+            timers[name] = RecordedTimer(
+                version: version,
+                index: started.index,
+                payload: (try? started.payload.get()) ?? [],
+                delay: started.delay,
+                due: note.recordedAt.map { $0 + started.delay }
+            )
+        }
+        for name in note.ended { timers[name] = nil }
+        for name in note.fired { timers[name] = nil }
     }
 
     /// Appends the events, each with its note: `.recorded`, or `.failed`.
@@ -95,41 +129,60 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         _ batch: [Event],
         notes: [Int: EventNote],
         to stream: String,
-        expecting: UInt64
+        expecting: UInt64,
+        at time: Duration? = nil
     ) async -> DurableInput<State, Event> {
         let payloads: [[UInt8]]
-        switch self.payloads(batch, notes: notes, of: stream) {
+        switch self.payloads(batch, notes: notes, of: stream, at: time) {
         case .success(let encoded): payloads = encoded
         case .failure(let failure): return failure.input
         }
         do {
-            return .recorded(upTo: try await store.append(payloads, to: stream, expecting: expecting))
+            return .recorded(upTo: try await store.append(payloads, to: stream, expecting: expecting), at: time)
         } catch {
             return .failed(DurableFailure(storeError: error, stream: stream))
         }
     }
 
-    /// The stored bytes of each event of `batch`, with its note.
+    /// The stored bytes of each event of `batch`, with its note, and of a note at position
+    /// `batch.count` as a record of its own; timers started are stamped with `time`.
     @inlinable
     func payloads(
         _ batch: [Event],
         notes: [Int: EventNote],
-        of stream: String
+        of stream: String,
+        at time: Duration? = nil
     ) -> Result<[[UInt8]], EncodingFailure> {
         var payloads: [[UInt8]] = []
-        payloads.reserveCapacity(batch.count)
+        payloads.reserveCapacity(batch.count + 1)
+        func note(_ index: Int) throws -> EventNote? {
+            guard var note = notes.isEmpty ? nil : notes[index] else { return nil }
+            if !note.timers.started.isEmpty {
+                for started in note.timers.started {
+                    if case .failure(let error) = started.payload { throw CodecError("a timer's effect: \(error)") }
+                }
+                note.timers.recordedAt = time
+            }
+            return note
+        }
         do {
             for (index, event) in batch.enumerated() {
-                payloads.append(
-                    RecordEnvelope.event(try events.encode(event), note: notes.isEmpty ? nil : notes[index])
-                )
+                payloads.append(RecordEnvelope.event(try events.encode(event), note: try note(index)))
             }
+            if let alone = try note(batch.count) { payloads.append(RecordEnvelope.event(nil, note: alone)) }
         } catch {
             return .failure(
                 EncodingFailure(input: .failed(DurableFailure(.unencodable(reason: "\(error)"), stream: stream)))
             )
         }
         return .success(payloads)
+    }
+
+    /// The time to stamp an append with: now, if a note of it starts a timer.
+    @inlinable
+    func stamp(_ notes: [Int: EventNote]) -> Duration? {
+        guard !notes.isEmpty, notes.values.contains(where: { !$0.timers.started.isEmpty }) else { return nil }
+        return epoch.sinceEpoch
     }
 
     /// An event of a batch that does not encode: the input that stops the loop.
@@ -154,11 +207,12 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         case failed(DurableInput<State, Event>)
     }
 
-    /// Saves `state` as the snapshot at `version`, with the callers' keys.
+    /// Saves `state` as the snapshot at `version`, with the callers' keys and the timers waiting.
     @inlinable
     func save(
         _ state: State,
         keys: KeyWindow?,
+        timers: [RecordedTimer] = [],
         of stream: String,
         at version: UInt64
     ) async -> Saved {
@@ -169,7 +223,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             let key = "\(identity) \(stream)"
             guard let encoded = await IdleWork.shared.run(key: key, { Result { try states.encode(state) } })
             else { return .superseded }
-            let payload = RecordEnvelope.snapshot(try encoded.get(), keys: keys)
+            let payload = RecordEnvelope.snapshot(try encoded.get(), keys: keys, timers: timers)
             try await store.save(Snapshot(stream: stream, version: version, payload: payload))
             return .saved
         } catch {
@@ -222,14 +276,31 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         )
         .pullback(
             { (effect: DurableEffect<State, Event, Effect>) in
-                if case .effect(let inner, _, _) = effect { inner } else { nil }
+                if case .effect(let inner, _, _, _) = effect { inner } else { nil }
             },
-            key: { effect in if case .effect(_, let key, _) = effect { key } else { nil } },
-            context: { effect in if case .effect(_, _, let context) = effect { .some(context.carried) } else { .none } }
+            key: { effect in if case .effect(_, let key, _, _) = effect { key } else { nil } },
+            context: { effect in
+                if case .effect(_, _, let context, _) = effect { .some(context.carried) } else { .none }
+            },
+            lifecycle: { effect in
+                switch effect {
+                case .effect(_, _, _, let lifecycle): lifecycle
+                case .wait(_, let lifecycle): lifecycle
+                default: nil
+                }
+            }
         )
         .mappingErrorEvents { effect, event in
-            if case .effect(_, _, let context) = effect { event.carrying(context) } else { event }
+            if case .effect(_, _, let context, _) = effect { event.carrying(context) } else { event }
         }
+        .route(
+            { if case .wait(let name, _) = $0 { name } else { nil } },
+            to: ClosureEffectHandler { name, send in
+                // The wait itself is the lifecycle's delay: once it starts, the timer is due.
+                tally.ran()
+                tally.sent(send(.timerDue(name)))
+            }
+        )
         .route(
             { if case .recover(let stream) = $0 { stream } else { nil } },
             to: ClosureEffectHandler { stream, send in await storage.recover(stream, send: send, tally: tally) }
@@ -237,7 +308,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         .route(
             { effect -> Append? in
                 guard
-                    case .append(let stream, let events, let expecting, let snapshot, let notes, let keys) = effect
+                    case .append(let stream, let events, let expecting, let snapshot, let notes, let keys, let timers) =
+                        effect
                 else { return nil }
                 return Append(
                     stream: stream,
@@ -245,7 +317,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                     notes: notes,
                     expecting: expecting,
                     snapshot: snapshot,
-                    keys: keys
+                    keys: keys,
+                    timers: timers
                 )
             },
             to: ClosureEffectHandler { append, send in await storage.perform(append, send: send, tally: tally) },
@@ -337,16 +410,18 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
     func perform(_ append: Append, send: Send<DurableInput<State, Event>>, tally: StoreTally) async {
         tally.tasksRun.add(1, ordering: .relaxed)
         defer { tally.tasksEnded.add(1, ordering: .relaxed) }
+        let time = stamp(append.notes)
         let outcome = await self.append(
             append.events,
             notes: append.notes,
             to: append.stream,
-            expecting: append.expecting
+            expecting: append.expecting,
+            at: time
         )
-        guard case .recorded(let version) = acknowledge(append, outcome, send: send, tally: tally),
+        guard case .recorded(let version, _) = acknowledge(append, outcome, send: send, tally: tally),
             let snapshot = append.snapshot
         else { return }
-        await save(snapshot, of: append, at: version, send: send, tally: tally)
+        await save(snapshot, of: append, at: version, written: time, send: send, tally: tally)
     }
 
     /// ``perform(_:send:tally:)`` without a task waiting for the store: the events are encoded here, the
@@ -366,7 +441,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             done(.success(()))
         }
         let payloads: [[UInt8]]
-        switch self.payloads(append.events, notes: append.notes, of: append.stream) {
+        let time = stamp(append.notes)
+        switch self.payloads(append.events, notes: append.notes, of: append.stream, at: time) {
         case .success(let encoded):
             payloads = encoded
         case .failure(let failure):
@@ -376,14 +452,14 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         store.append(payloads, to: append.stream, expecting: append.expecting) { result in
             let outcome: DurableInput<State, Event> =
                 switch result {
-                case .success(let version): .recorded(upTo: version)
+                case .success(let version): .recorded(upTo: version, at: time)
                 case .failure(let error): .failed(DurableFailure(storeError: error, stream: append.stream))
                 }
-            guard case .recorded(let version) = acknowledge(append, outcome, send: send, tally: tally),
+            guard case .recorded(let version, _) = acknowledge(append, outcome, send: send, tally: tally),
                 let snapshot = append.snapshot
             else { return ended() }
             Task {
-                await save(snapshot, of: append, at: version, send: send, tally: tally)
+                await save(snapshot, of: append, at: version, written: time, send: send, tally: tally)
                 ended()
             }
         }
@@ -408,16 +484,23 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         return outcome
     }
 
-    /// Saves the snapshot an append carries, recorded at `version`, and counts what became of it.
+    /// Saves the snapshot an append carries, recorded at `version` at the time `written` (the due time of
+    /// the timers the append started), and counts what became of it.
     @inlinable
     func save(
         _ snapshot: State,
         of append: Append,
         at version: UInt64,
+        written: Duration?,
         send: Send<DurableInput<State, Event>>,
         tally: StoreTally
     ) async {
-        switch await save(snapshot, keys: append.keys, of: append.stream, at: version) {
+        let timers = (append.timers ?? []).map { timer in
+            var timer = timer
+            if timer.due == nil { timer.due = written.map { $0 + timer.delay } }
+            return timer
+        }
+        switch await save(snapshot, keys: append.keys, timers: timers, of: append.stream, at: version) {
         case .saved:
             tally.snapshotsSaved.add(1, ordering: .relaxed)
         case .superseded:
@@ -437,6 +520,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         @usableFromInline var expecting: UInt64
         @usableFromInline var snapshot: State?
         @usableFromInline var keys: KeyWindow?
+        @usableFromInline var timers: [RecordedTimer]?
 
         @inlinable
         init(
@@ -445,7 +529,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             notes: [Int: EventNote],
             expecting: UInt64,
             snapshot: State?,
-            keys: KeyWindow?
+            keys: KeyWindow?,
+            timers: [RecordedTimer]?
         ) {
             self.stream = stream
             self.events = events
@@ -453,6 +538,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             self.expecting = expecting
             self.snapshot = snapshot
             self.keys = keys
+            self.timers = timers
         }
     }
 }

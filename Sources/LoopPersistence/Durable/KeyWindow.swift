@@ -177,15 +177,19 @@ public struct EventNote: Sendable, Hashable {
     public var key: KeyWindow.Entry?
     /// The answers the event decided, to keyed requests.
     public var answers: [RecordedAnswer]
+    /// The timers the event started and ended, and those that started since the last record (see
+    /// ``DurableProgram/keepingTimers(codec:)``).
+    public var timers: TimerNote
 
     /// Creates a note.
-    public init(key: KeyWindow.Entry? = nil, answers: [RecordedAnswer] = []) {
+    public init(key: KeyWindow.Entry? = nil, answers: [RecordedAnswer] = [], timers: TimerNote = TimerNote()) {
         self.key = key
         self.answers = answers
+        self.timers = timers
     }
 
     /// Whether there is nothing to record.
-    public var isEmpty: Bool { key == nil && answers.isEmpty }
+    public var isEmpty: Bool { key == nil && answers.isEmpty && timers.isEmpty }
 }
 
 extension KeyWindow {

@@ -4,22 +4,36 @@
 /// this package begins with (`0xFF "EL"`, then a format byte), then what the loop keeps, then the
 /// codec's bytes.
 ///
-/// Event with a note:    marker, 1, flags (1: key, 2: answers), [key entry], [count, answers], event
+/// Event with a note:    marker, 1, flags (1: key, 2: answers, 4: timers), [key entry], [count, answers],
+///                       [timers], event
+/// A note alone:         marker, 3, flags, the same parts, and no event (a record of timers that started)
 /// Snapshot with keys:   marker, 2, capacity, count, entries, state
+/// Snapshot with timers: marker, 4, flags (1: keys, 2: timers), [capacity, count, entries],
+///                       [count, waiting timers], state
 /// A key entry:          key (length, UTF-8), version, fingerprint, reply, answer flag, [answer]
 /// An answer:            reply, version, 0 and the encoded value, or 1 and why it did not encode
+/// Timers of a record:   time written, count, started (position, delay, effect), count, ended (version,
+///                       position), count, fired (version, position)
+/// A waiting timer:      version, position, delay, due flag, [due], effect
 ///
-/// Numbers are LEB128 varints; lengths are checked, so damaged bytes are a ``CodecError``, never a trap.
+/// Numbers are LEB128 varints (times and delays in nanoseconds, zigzag-encoded); lengths are checked, so
+/// damaged bytes are a ``CodecError``, never a trap.
 @usableFromInline
 enum RecordEnvelope {
     static let marker: [UInt8] = [0xFF, 0x45, 0x4C]
     static let noted: UInt8 = 1
     static let keyed: UInt8 = 2
+    static let bare: UInt8 = 3
+    static let kept: UInt8 = 4
 
-    /// The stored bytes of an event encoded as `event`, with `note` beside it.
+    /// The stored bytes of an event encoded as `event`, with `note` beside it; of the note alone when
+    /// `event` is `nil`. (A timer's effect that did not encode is written empty: the loop refuses such a
+    /// batch before it is written.)
     @usableFromInline
-    static func event(_ event: [UInt8], note: EventNote?) -> [UInt8] {
-        guard let note, !note.isEmpty else { return event }
+    static func event(_ event: [UInt8]?, note: EventNote?) -> [UInt8] {
+        guard let note, !note.isEmpty else { return event ?? [] }
+        let layout = event == nil ? bare : noted
+        let event = event ?? []
         var bytes: [UInt8] = []
         // The marker, the layout and flags, a key entry's numbers (5 varints and a flag), its key; the
         // answers' numbers and values; the event: one allocation for most records.
@@ -28,57 +42,143 @@ enum RecordEnvelope {
                 + note.answers.reduce(0) { $0 + 40 + ((try? $1.payload.get())?.count ?? 0) } + event.count
         )
         bytes += marker
-        bytes.append(noted)
-        bytes.append((note.key == nil ? 0 : 1) | (note.answers.isEmpty ? 0 : 2))
+        bytes.append(layout)
+        bytes.append((note.key == nil ? 0 : 1) | (note.answers.isEmpty ? 0 : 2) | (note.timers.isEmpty ? 0 : 4))
         if let key = note.key { put(key, &bytes) }
         if !note.answers.isEmpty {
             BinaryTag.putVarint(UInt64(note.answers.count), &bytes)
             for answer in note.answers { put(answer, &bytes) }
         }
+        if !note.timers.isEmpty { put(note.timers, &bytes) }
         bytes += event
         return bytes
     }
 
-    /// The codec's bytes of a stored event, and its note.
+    /// The codec's bytes of a stored event (`nil` for a record of a note alone), and its note.
     @usableFromInline
-    static func event(_ stored: [UInt8]) throws(CodecError) -> (event: [UInt8], note: EventNote?) {
+    static func event(_ stored: [UInt8]) throws(CodecError) -> (event: [UInt8]?, note: EventNote?) {
         guard stored.starts(with: marker) else { return (stored, nil) }
         var reader = Reader(stored[marker.count...])
-        guard try reader.byte() == noted else { throw CodecError("an event record of an unknown layout") }
+        let layout = try reader.byte()
+        guard layout == noted || layout == bare else { throw CodecError("an event record of an unknown layout") }
         let flags = try reader.byte()
         var note = EventNote()
         if flags & 1 != 0 { note.key = try reader.entry() }
         if flags & 2 != 0 {
             for _ in 0..<(try reader.count()) { note.answers.append(try reader.answer()) }
         }
+        if flags & 4 != 0 { note.timers = try reader.timers() }
+        guard layout == noted else {
+            guard reader.rest.isEmpty else { throw CodecError("a record of a note alone with bytes after it") }
+            return (nil, note)
+        }
         return (Array(reader.rest), note)
     }
 
-    /// The stored bytes of a snapshot encoded as `state`, with the callers' keys `keys`.
+    /// The stored bytes of a snapshot encoded as `state`, with the callers' keys `keys` and the timers
+    /// waiting, `timers` (each with its due time).
     @usableFromInline
-    static func snapshot(_ state: [UInt8], keys: KeyWindow?) -> [UInt8] {
-        guard let keys, keys.count > 0 else { return state }
-        var bytes = marker + [keyed]
-        BinaryTag.putVarint(UInt64(keys.capacity), &bytes)
-        let entries = keys.all
-        BinaryTag.putVarint(UInt64(entries.count), &bytes)
-        for entry in entries { put(entry, &bytes) }
+    static func snapshot(_ state: [UInt8], keys: KeyWindow?, timers: [RecordedTimer] = []) -> [UInt8] {
+        let keys = keys.flatMap { $0.count > 0 ? $0 : nil }
+        guard keys != nil || !timers.isEmpty else { return state }
+        var bytes = marker
+        if timers.isEmpty {
+            bytes.append(keyed)
+        } else {
+            bytes.append(kept)
+            bytes.append((keys == nil ? 0 : 1) | 2)
+        }
+        if let keys {
+            BinaryTag.putVarint(UInt64(keys.capacity), &bytes)
+            let entries = keys.all
+            BinaryTag.putVarint(UInt64(entries.count), &bytes)
+            for entry in entries { put(entry, &bytes) }
+        }
+        if !timers.isEmpty {
+            BinaryTag.putVarint(UInt64(timers.count), &bytes)
+            for timer in timers {
+                BinaryTag.putVarint(timer.version, &bytes)
+                BinaryTag.putVarint(UInt64(timer.index), &bytes)
+                put(timer.delay, &bytes)
+                if let due = timer.due {
+                    bytes.append(1)
+                    put(due, &bytes)
+                } else {
+                    bytes.append(0)
+                }
+                put(timer.payload, &bytes)
+            }
+        }
         return bytes + state
     }
 
-    /// The codec's bytes of a stored snapshot, and the keys it carries, in a window of `capacity`.
+    /// The codec's bytes of a stored snapshot, the keys it carries, in a window of `capacity`, and the
+    /// timers waiting.
     @usableFromInline
     static func snapshot(
         _ stored: [UInt8],
         capacity: Int
-    ) throws(CodecError) -> (state: [UInt8], keys: KeyWindow?) {
-        guard stored.starts(with: marker) else { return (stored, nil) }
+    ) throws(CodecError) -> (state: [UInt8], keys: KeyWindow?, timers: [RecordedTimer]) {
+        guard stored.starts(with: marker) else { return (stored, nil, []) }
         var reader = Reader(stored[marker.count...])
-        guard try reader.byte() == keyed else { throw CodecError("a snapshot record of an unknown layout") }
-        _ = try reader.varint()  // the capacity it was written with; the loop's own decides what it keeps
-        var keys = KeyWindow(capacity: capacity)
-        for _ in 0..<(try reader.count()) { keys.insert(try reader.entry()) }
-        return (Array(reader.rest), keys)
+        let layout = try reader.byte()
+        let flags: UInt8
+        switch layout {
+        case keyed: flags = 1
+        case kept: flags = try reader.byte()
+        default: throw CodecError("a snapshot record of an unknown layout")
+        }
+        var keys: KeyWindow?
+        if flags & 1 != 0 {
+            _ = try reader.varint()  // the capacity it was written with; the loop's own decides what it keeps
+            var window = KeyWindow(capacity: capacity)
+            for _ in 0..<(try reader.count()) { window.insert(try reader.entry()) }
+            keys = window
+        }
+        var timers: [RecordedTimer] = []
+        if flags & 2 != 0 {
+            for _ in 0..<(try reader.count()) {
+                let version = try reader.varint()
+                let index = try reader.index()
+                let delay = try reader.duration()
+                let due: Duration? =
+                    switch try reader.byte() {
+                    case 0: nil
+                    case 1: try reader.duration()
+                    default: throw CodecError("a timer of an unknown kind in a snapshot")
+                    }
+                timers.append(
+                    RecordedTimer(version: version, index: index, payload: try reader.blob(), delay: delay, due: due)
+                )
+            }
+        }
+        return (Array(reader.rest), keys, timers)
+    }
+
+    private static func put(_ timers: TimerNote, _ bytes: inout [UInt8]) {
+        put(timers.recordedAt ?? .zero, &bytes)
+        BinaryTag.putVarint(UInt64(timers.started.count), &bytes)
+        for started in timers.started {
+            BinaryTag.putVarint(UInt64(started.index), &bytes)
+            put(started.delay, &bytes)
+            put((try? started.payload.get()) ?? [], &bytes)
+        }
+        for names in [timers.ended, timers.fired] {
+            BinaryTag.putVarint(UInt64(names.count), &bytes)
+            for name in names {
+                BinaryTag.putVarint(name.version, &bytes)
+                BinaryTag.putVarint(UInt64(name.index), &bytes)
+            }
+        }
+    }
+
+    /// A duration, in nanoseconds (saturated at about ±292 years), zigzag-encoded.
+    private static func put(_ duration: Duration, _ bytes: inout [UInt8]) {
+        let (seconds, attoseconds) = duration.components
+        let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        let (sum, overflowAgain) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000)
+        let nanoseconds = overflow || overflowAgain ? (seconds < 0 ? Int64.min : Int64.max) : sum
+        BinaryTag.putVarint(UInt64(bitPattern: (nanoseconds << 1) ^ (nanoseconds >> 63)), &bytes)
     }
 
     private static func put(_ entry: KeyWindow.Entry, _ bytes: inout [UInt8]) {
@@ -155,6 +255,36 @@ enum RecordEnvelope {
             String(decoding: try blob(), as: UTF8.self)
         }
 
+        /// A position among an event's effects.
+        mutating func index() throws(CodecError) -> Int {
+            let index = try varint()
+            guard index <= UInt64(Int32.max) else { throw CodecError("an effect position too large in a record") }
+            return Int(index)
+        }
+
+        /// A duration written by ``RecordEnvelope/put(_:_:)``.
+        mutating func duration() throws(CodecError) -> Duration {
+            let zigzag = try varint()
+            return .nanoseconds(Int64(bitPattern: zigzag >> 1) ^ -Int64(bitPattern: zigzag & 1))
+        }
+
+        /// The timers part of a record.
+        mutating func timers() throws(CodecError) -> TimerNote {
+            var note = TimerNote(recordedAt: try duration())
+            for _ in 0..<(try count()) {
+                let index = try self.index()
+                let delay = try duration()
+                note.started.append(TimerNote.Started(index: index, delay: delay, payload: .success(try blob())))
+            }
+            for kind in 0..<2 {
+                for _ in 0..<(try count()) {
+                    let name = TimerName(version: try varint(), index: try self.index())
+                    if kind == 0 { note.ended.append(name) } else { note.fired.append(name) }
+                }
+            }
+            return note
+        }
+
         mutating func answer() throws(CodecError) -> RecordedAnswer {
             let reply = try varint()
             let version = try varint()
@@ -190,4 +320,12 @@ func fingerprint<Bytes: Sequence<UInt8>>(_ bytes: Bytes, seed: UInt64 = 0xcbf2_9
         hash &*= 0x0000_0100_0000_01B3
     }
     return hash
+}
+
+/// The codec's bytes of the program's event that a durable loop stored as `payload`, with what the loop
+/// keeps beside it (keys, answers, timers) taken off; `nil` for a record that holds no event (timers
+/// that started). For code of this package that reads durable streams without a loop: the cluster's
+/// inbox ids, the demo's listing of a cluster's jobs.
+package func storedEvent(_ payload: [UInt8]) throws(CodecError) -> [UInt8]? {
+    try RecordEnvelope.event(payload).event
 }
