@@ -11,8 +11,10 @@ extension JobRunner {
     ///
     /// - A job that was running is started again, as the same attempt: its process died with the demo
     ///   (or may have finished without its end being recorded), so a job runs **at least once**.
-    /// - A job waiting to retry waits its backoff again, then retries with its attempt count kept.
     /// - A run that had ended (its shutdown is recorded) stops at once, so the summary is printed.
+    /// - A job waiting to retry needs nothing: its backoff is a durable timer (the program keeps its
+    ///   timers, see ``durableProgram(limit:backoff:gracePeriod:)``), recorded with its due time, so the
+    ///   recovered loop waits what is left of it (nothing, if it was due while the demo was down).
     /// - Queued jobs need nothing: they start as running ones end, as before.
     public static func resume(_ state: State) -> [Effect] {
         if state.shuttingDown {
@@ -28,15 +30,7 @@ extension JobRunner {
                 effects.append(
                     .run(name: job.spec.name, attempt: attempt, command: job.spec.command, timeout: job.spec.timeout)
                 )
-            case .waitingToRetry(let attempt):
-                effects.append(
-                    .retryAfter(
-                        name: job.spec.name,
-                        attempt: attempt,
-                        delay: backoff(base: state.backoff, retry: attempt - 1)
-                    )
-                )
-            case .queued, .succeeded, .failed, .cancelled:
+            case .waitingToRetry, .queued, .succeeded, .failed, .cancelled:
                 break
             }
         }
@@ -44,13 +38,13 @@ extension JobRunner {
     }
 
     /// The runner as a durable program: the same start and update as ``program(limit:backoff:gracePeriod:)``,
-    /// and ``resume(_:)`` for a recovered run.
+    /// ``resume(_:)`` for a recovered run, and its retry backoffs kept as durable timers.
     public static func durableProgram(
         limit: Int,
         backoff: Duration = .milliseconds(100),
         gracePeriod: Duration = .seconds(2)
     ) -> DurableProgram<State, Event, Effect> {
         let program = program(limit: limit, backoff: backoff, gracePeriod: gracePeriod)
-        return DurableProgram(initial: program.first.state, update: program.update, resume: resume)
+        return DurableProgram(initial: program.first.state, update: program.update, resume: resume).keepingTimers()
     }
 }

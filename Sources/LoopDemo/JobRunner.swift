@@ -159,7 +159,7 @@ public enum JobRunner {
     }
 
     /// What the runner asks the world to do.
-    public enum Effect: Equatable, Sendable, ManagedEffect {
+    public enum Effect: Equatable, Sendable, Codable, ManagedEffect {
         /// Run attempt `attempt` of a job's command.
         case run(name: String, attempt: Int, command: String, timeout: Duration?)
         /// Send `.retryDue` after `delay`.

@@ -142,7 +142,8 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         self.program = DurableProgram(
             initial: program.initial,
             update: Update { state, inboxed in update(&state, inboxed.event) },
-            resume: program.resume
+            resume: program.resume,
+            timers: program.timers
         )
         self.router = router.mapEvents { Inboxed(inbox: nil, event: $0) }
         let first = try await ClusterSession(
@@ -391,7 +392,8 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         store = try await PostgresEventStore(
             connecting: conninfo,
             schema: schema,
-            inboxOf: { InboxedCodec<Event>.inbox(of: $0) },
+            // The row id is in the event's bytes, after what a durable loop keeps beside them.
+            inboxOf: { payload in (try? storedEvent(payload))?.flatMap { InboxedCodec<Event>.inbox(of: $0) } },
             applicationName: Self.writerName(name)
         )
         control = PostgresWorker(

@@ -97,7 +97,10 @@ func clusterJobs(conninfo: String) async throws -> [JobRunner.Job] {
         for stream in page where stream.hasPrefix("job-") {
             var state = durableProgram.initial
             for try await stored in store.events(of: stream) {
-                _ = durableProgram.update(&state, try codec.decode(stored.payload).event)
+                // What the node keeps beside an event (its timers) is not the program's; a record of
+                // timers alone holds no event.
+                guard let event = try storedEvent(stored.payload) else { continue }
+                _ = durableProgram.update(&state, try codec.decode(event).event)
             }
             jobs += state.ordered
         }

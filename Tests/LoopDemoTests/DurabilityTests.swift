@@ -129,6 +129,59 @@ import Testing
         print("durable kill test: \(resumed) running jobs resumed over 20 rounds")
     }
 
+    /// A retry's backoff is a durable timer: the demo killed with SIGKILL during a 3.2 s backoff and
+    /// started again retries at the due time recorded when the backoff began (not a whole backoff after
+    /// the restart, and never before it was due), once.
+    @Test func aDemoKilledDuringABackoffRetriesAtTheRecordedDueTimeOnce() async throws {
+        let scratch = Demo.scratch("backoff")
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let log = "\(scratch)/runs.log"
+        // Each attempt writes when it ran; attempts 1-6 fail, the 7th succeeds. The backoff after the 6th
+        // failure is 100 ms doubled five times: 3.2 s.
+        let job = "run r --retries 10 -- date +%s.%N >> '\(log)'; [ \"$(wc -l < '\(log)')\" -ge 7 ]"
+        let first = try await Demo.sh(
+            """
+            mkfifo '\(scratch)/in'
+            "$DEMO" --stdin --store '\(scratch)/store' < '\(scratch)/in' > '\(scratch)/out1' 2>&1 &
+            pid=$!
+            exec 3> '\(scratch)/in'
+            printf '%s\\n' '\(job.replacingOccurrences(of: "'", with: "'\\''"))' >&3
+            # The 6th failure is recorded (its line is printed once it is): its backoff has begun. (At most
+            # 60 s: a demo that never gets there fails the checks below, never hangs the test.)
+            for i in $(seq 6000); do grep -q 'retry 6 of' '\(scratch)/out1' || ! kill -0 $pid 2>/dev/null && break; sleep 0.01; done
+            sleep 2.5
+            kill -9 $pid
+            wait $pid
+            echo "killed=$?"
+            exec 3>&-
+            date +%s.%N > '\(scratch)/restarted'
+            """
+        )
+        #expect(first.output.contains("killed=137"), "\(first.output)\n\(Demo.read("\(scratch)/out1"))")
+        #expect(Demo.read(log).split(separator: "\n").count == 6, "\(Demo.read("\(scratch)/out1"))")
+        // At most 60 s: a timer lost would leave the job waiting for ever.
+        let second = try await Demo.sh(
+            """
+            "$DEMO" --stdin --store '\(scratch)/store' < /dev/null &
+            pid=$!
+            for i in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+            kill -0 $pid 2>/dev/null && { echo "still waiting after 60 s"; kill -9 $pid; }
+            wait $pid
+            """
+        )
+        #expect(second.status == 0, "\(second.output)")
+        let runs = Demo.read(log).split(separator: "\n").compactMap { Double($0) }
+        let restarted = try #require(
+            Double(Demo.read("\(scratch)/restarted").trimmingCharacters(in: .whitespacesAndNewlines))
+        )
+        try #require(runs.count == 7, "\(runs)\n\(second.output)")
+        // Never early: the 6th attempt ran before its failure was recorded, so the due time is later than
+        // its start plus the backoff.
+        #expect(runs[6] >= runs[5] + 3.2, "\(runs)")
+        // Not a whole backoff again: due about 0.7 s after the restart, long before 3.2 s after it.
+        #expect(runs[6] < restarted + 3.2, "retried \(runs[6] - restarted) s after the restart")
+    }
+
     /// How many lines of `log` hold each name.
     static func counts(_ log: String) -> [String: Int] {
         log.split(separator: "\n").reduce(into: [:]) { $0[String($1), default: 0] += 1 }
