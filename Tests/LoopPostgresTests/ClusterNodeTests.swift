@@ -76,8 +76,89 @@ enum Chores {
     }
 }
 
+/// Entities that ring an alarm a number of seconds after they are sent it: a durable timer, whose effect
+/// sends the entity `rang` back.
+enum Alarms {
+    enum Event: Codable, Sendable, Equatable {
+        case set(seconds: Int)
+        case rang
+    }
+
+    enum Effect: Codable, Sendable, Equatable, ManagedEffect {
+        case ring(after: Int)
+
+        var lifecycle: EffectLifecycle {
+            switch self {
+            case .ring(let seconds): .delayed(by: .seconds(seconds), key: "alarm")
+            }
+        }
+    }
+
+    /// How many alarms rang.
+    static let program = DurableProgram<Int, Event, Effect>(
+        initial: 0,
+        update: Update { rung, event in
+            switch event {
+            case .set(let seconds): return [.ring(after: seconds)]
+            case .rang:
+                rung += 1
+                return []
+            }
+        }
+    )
+    .keepingTimers()
+
+    static func node(_ database: String, _ name: String) async throws -> ClusterNode<Int, Event, Effect> {
+        try await ClusterNode(
+            connecting: database,
+            name: name,
+            program: program,
+            effects: EffectRouter<Effect, Event>().route({ $0 }, to: ClosureEffectHandler { _, send in send(.rang) }),
+            events: JSONCodec<Event>(),
+            states: JSONCodec<Int>(),
+            configuration: .init(heartbeat: .milliseconds(100), membershipTimeout: .seconds(1))
+        )
+    }
+}
+
 @Suite("ClusterNode", .serialized)
 struct ClusterNodeTests {
+    /// A durable timer outlives its node: the entity stays marked while its timer waits, so the node
+    /// that takes its shard recovers it and the alarm rings once, when it was due; the row that set it
+    /// is consumed once (its record carries the timer beside the event).
+    @Test func aTimerSetOnANodeThatStopsRingsOnTheNodeThatTakesItsShard() async throws {
+        let database = try await TemporaryPostgres.shared().createDatabase()
+        let a = try await Alarms.node(database, "a")
+        let runningA = Task { try await a.run() }
+        try await Self.eventually("a to own every shard") { a.ownedShards.count == 64 }
+        let inbox = try await PostgresInbox(connecting: database)
+        try await inbox.send(try JSONCodec<Alarms.Event>().encode(.set(seconds: 2)), to: "alarm-1")
+        await inbox.close()
+        try await Self.eventually("the alarm to be set") {
+            try await Self.query(database, "SELECT count(*) FROM effectloop.events WHERE stream = 'alarm-1'") == "1"
+        }
+        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
+        a.stop()
+        _ = try await runningA.value
+        #expect(a.state(of: "alarm-1") == nil || a.state(of: "alarm-1") == 0)
+
+        let b = try await Alarms.node(database, "b")
+        let runningB = Task { try await b.run() }
+        try await Self.eventually("the alarm to ring on b") { b.state(of: "alarm-1") == 1 }
+        // Rung once: the set, the ring's start and `rang` are its records (the start may ride with `rang`).
+        try await Self.eventually("the ring to be recorded") {
+            let records = try await Self.query(
+                database,
+                "SELECT count(*) FROM effectloop.events WHERE stream = 'alarm-1'"
+            )
+            return (Int(records) ?? 0) >= 2
+        }
+        b.stop()
+        _ = try await runningB.value
+        #expect(b.state(of: "alarm-1") == nil || b.state(of: "alarm-1") == 1)
+        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
+    }
+
     /// Sends `count` events, `.add(1)` each, round-robin over `entities` entities, through the inbox.
     static func send(_ count: Int, over entities: Int, to database: String) async throws {
         let inbox = try await PostgresInbox(connecting: database)
