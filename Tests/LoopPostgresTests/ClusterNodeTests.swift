@@ -379,6 +379,51 @@ struct ClusterNodeTests {
         _ = try await runningB.value
     }
 
+    /// Remembered work at scale: shards holding 100,000 finished entities (streams written before, never
+    /// marked) and 10 with work under way; a node taking the shards recovers the 10, not the 100,010.
+    @Test func aTakerOfShardsHolding100000FinishedEntitiesRecoversThe10Unfinished() async throws {
+        let database = try await TemporaryPostgres.shared().createDatabase()
+        let a = try await Chores.node(database, "a")
+        let runningA = Task { try await a.run() }
+        try await Self.eventually("a to own every shard") { a.ownedShards.count == 64 }
+        // One event each (`add(2)`: settled), as the node's codec writes it.
+        let payload = try InboxedCodec(JSONCodec<ClusterTally.Event>()).encode(Inboxed(inbox: nil, event: .add(2)))
+        let hex = payload.map { String($0, radix: 16).count == 1 ? "0\(String($0, radix: 16))" : String($0, radix: 16) }
+        _ = try await Self.query(
+            database,
+            """
+            INSERT INTO effectloop.events (stream, version, payload)
+            SELECT 'finished-' || i, 1, '\\x\(hex.joined())'::bytea FROM generate_series(1, 100000) i
+            """
+        )
+        let inbox = try await PostgresInbox(connecting: database)
+        let codec = JSONCodec<ClusterTally.Event>()
+        for index in 0..<10 { try await inbox.send(try codec.encode(.add(1)), to: "unfinished-\(index)") }
+        await inbox.close()
+        try await Self.eventually("the 10 to be recorded") {
+            try await Self.query(database, "SELECT count(*) FROM effectloop.events WHERE stream LIKE 'unfinished-%'")
+                == "10"
+        }
+        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.awake") == "10")
+        a.stop()
+        _ = try await runningA.value
+
+        let b = try await Chores.node(database, "b")
+        let started = ContinuousClock.now
+        let runningB = Task { try await b.run() }
+        try await Self.eventually("b to own every shard and recover the unfinished") {
+            b.ownedShards.count == 64 && (0..<10).allSatisfy { b.state(of: "unfinished-\($0)") == 1 }
+        }
+        let took = ContinuousClock.now - started
+        #expect(b.recoveries == 10)
+        #expect(b.state(of: "finished-1") == nil)
+        print(
+            "takeover of 64 shards holding 100,000 finished and 10 unfinished entities: \(b.recoveries) recovered in \(took)"
+        )
+        b.stop()
+        _ = try await runningB.value
+    }
+
     /// An entity whose stream holds an event it cannot decode stops alone, reported; the node and the
     /// other entities go on, even when the failed entity's rows would fill every batch the node reads.
     @Test func anEntityThatCannotReadItsStreamIsReportedAndTheNodeGoesOn() async throws {
