@@ -200,7 +200,7 @@ let program = JobRunner.program(limit: 3)
 let durableProgram = JobRunner.durableProgram(limit: 3)
 
 /// The demo's version, printed by `--version`.
-let version = "0.3.0"
+let version = "0.4.0"
 
 // A closed standard output is an error on the write that finds it (EPIPE), not the death of the
 // process by SIGPIPE with its jobs left running.

@@ -183,7 +183,7 @@ typealias ReminderState = DurableState<[String], Reminders.Event, Reminders.Effe
                 == [.wait(TimerName(version: 1, index: 0), lifecycle: .debounce("settle", for: .seconds(5)))]
         )
         let effects = update(&durable, .event(.debounce("b", quiet: .seconds(5)), ticket: nil))
-        guard case .append(_, _, _, _, let notes, _, _)? = effects.first else {
+        guard case .append(_, _, _, _, let notes, _, _, _)? = effects.first else {
             Issue.record("no append: \(effects)")
             return
         }
@@ -195,7 +195,7 @@ typealias ReminderState = DurableState<[String], Reminders.Event, Reminders.Effe
                 == .effect(
                     .settle("b", quiet: .seconds(5)),
                     key: IdempotencyKey(stream: "r", version: 2, index: 0),
-                    lifecycle: .latest("settle")
+                    lifecycle: .concurrent("settle")
                 )
         )
     }
@@ -251,7 +251,7 @@ typealias ReminderState = DurableState<[String], Reminders.Event, Reminders.Effe
         _ = update(&durable, .event(.schedule("a", after: .seconds(5)), ticket: nil))
         _ = update(&durable, .recorded(upTo: 1, at: .seconds(1)))
         let effects = update(&durable, .event(.schedule("b", after: .seconds(7)), ticket: nil))
-        guard case .append(_, _, _, let snapshot, _, _, let timers)? = effects.first else {
+        guard case .append(_, _, _, let snapshot, _, _, let timers, _)? = effects.first else {
             Issue.record("no append: \(effects)")
             return
         }

@@ -132,12 +132,12 @@ struct ClusterNodeTests {
         let runningA = Task { try await a.run() }
         try await Self.eventually("a to own every shard") { a.ownedShards.count == 64 }
         let inbox = try await PostgresInbox(connecting: database)
-        try await inbox.send(try JSONCodec<Alarms.Event>().encode(.set(seconds: 2)), to: "alarm-1")
+        // Long enough that node a stops before it is due, however loaded the machine.
+        try await inbox.send(try JSONCodec<Alarms.Event>().encode(.set(seconds: 10)), to: "alarm-1")
         await inbox.close()
         try await Self.eventually("the alarm to be set") {
             try await Self.query(database, "SELECT count(*) FROM effectloop.events WHERE stream = 'alarm-1'") == "1"
         }
-        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
         a.stop()
         _ = try await runningA.value
         #expect(a.state(of: "alarm-1") == nil || a.state(of: "alarm-1") == 0)

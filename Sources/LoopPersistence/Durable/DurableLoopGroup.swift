@@ -67,6 +67,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     @usableFromInline let failures: Failures
     @usableFromInline let passivated: Count
     @usableFromInline let tally: StoreTally
+    @usableFromInline let memory: WorkMemory<ID>?
     /// The program's router's scope: what it captures where an event is sent travels with the event.
     @usableFromInline let scope: EffectScope<Effect>?
 
@@ -85,6 +86,8 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     ///   - snapshotEvery: save an entity's snapshot after this many of its events (`nil`: never).
     ///   - keysKept: how many callers' keys each entity remembers (see ``KeyWindow``).
     ///   - passivation: when to release idle entities.
+    ///   - memory: where the group remembers its entities with work under way, so ``run()`` wakes
+    ///     exactly those (see ``WorkMemory``); `nil`: an entity wakes on its first event only.
     ///   - failureGrace: how long effects of recorded events may finish after an entity's store fails.
     ///   - observer: sees the programs' own events and effects, with the entity's id (the store's work
     ///     is left out, as ``DurableObserver`` does).
@@ -100,6 +103,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         snapshotEvery: UInt64? = 1_000,
         keysKept: Int = 1_000,
         passivation: Passivation = .never,
+        remembering memory: WorkMemory<ID>? = nil,
         failureGrace: Duration = .seconds(5),
         observer: (any LoopGroupObserver<ID, Event, Effect>)? = nil,
         clock: any Clock<Duration> = ContinuousClock()
@@ -114,6 +118,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
             snapshotEvery: snapshotEvery,
             keysKept: keysKept,
             passivation: passivation,
+            remembering: memory,
             failureGrace: failureGrace,
             observer: observer,
             clock: clock
@@ -132,6 +137,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         snapshotEvery: UInt64?,
         keysKept: Int,
         passivation: Passivation,
+        remembering memory: WorkMemory<ID>?,
         failureGrace: Duration,
         observer: (any LoopGroupObserver<ID, Event, Effect>)?,
         clock: any Clock<Duration>
@@ -145,18 +151,21 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         // A per-entity program, from the entity's start to its recovery (which reads its stream back).
         let starting = Locked<[String: DurableProgram<State, Event, Effect>]>([:])
         // One program for all: one durable update for all, so an entity costs no closure of its own.
+        let remembers = memory != nil
         let shared: (program: DurableProgram<State, Event, Effect>, update: DurableUpdate)? =
             if case .shared(let program) = source {
-                (program, tally.counting(program.durableUpdate(snapshotEvery: snapshotEvery)))
+                (program, tally.counting(program.durableUpdate(snapshotEvery: snapshotEvery, remembering: remembers)))
             } else {
                 nil
             }
+        self.memory = memory
         let storage = DurableStorage(
             store: store,
             events: events,
             states: states,
             keysKept: keysKept,
-            clock: clock
+            clock: clock,
+            ledger: memory.map { WorkLedger(store: store, stream: $0.stream) }
         ) { name in
             shared?.program ?? starting.withLock { $0.removeValue(forKey: name) }
         }
@@ -174,11 +183,13 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
                 switch source {
                 case .shared(let one):
                     (program, update) = (
-                        one, shared?.update ?? tally.counting(one.durableUpdate(snapshotEvery: snapshotEvery))
+                        one,
+                        shared?.update
+                            ?? tally.counting(one.durableUpdate(snapshotEvery: snapshotEvery, remembering: remembers))
                     )
                 case .perEntity(let make):
                     program = make(id)
-                    update = tally.counting(program.durableUpdate(snapshotEvery: snapshotEvery))
+                    update = tally.counting(program.durableUpdate(snapshotEvery: snapshotEvery, remembering: remembers))
                     starting.withLock { $0[name] = program }
                 }
                 return Program(
@@ -226,6 +237,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         snapshotEvery: UInt64? = 1_000,
         keysKept: Int = 1_000,
         passivation: Passivation = .never,
+        remembering memory: WorkMemory<ID>? = nil,
         failureGrace: Duration = .seconds(5),
         observer: (any LoopGroupObserver<ID, Event, Effect>)? = nil,
         clock: any Clock<Duration> = ContinuousClock()
@@ -240,6 +252,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
             snapshotEvery: snapshotEvery,
             keysKept: keysKept,
             passivation: passivation,
+            remembering: memory,
             failureGrace: failureGrace,
             observer: observer,
             clock: clock
@@ -428,8 +441,25 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
 
     /// Runs the group until stopped or cancelled; passivates idle entities meanwhile. Returns what the
     /// programs did (see ``report``).
+    ///
+    /// A group that remembers work (see ``WorkMemory``) first reads its marks back and wakes each
+    /// entity marked as having work under way; it returns once its last marks are written.
+    ///
+    /// - Throws: ``DurableLoopError/storeFailed(_:)`` when the marks cannot be read back (before any
+    ///   entity starts); a `LoopError` as ``/LoopRuntime/LoopGroup/run()`` does.
     @discardableResult
     public func run() async throws -> LoopReport {
+        // The entities with work under way when the last run stopped, however it stopped, start now.
+        if let memory, let ledger = storage.ledger {
+            do {
+                for stream in try await ledger.load().sorted() {
+                    if let id = memory.id(stream) { wake(id) }
+                }
+            } catch {
+                callers.end()
+                throw error
+            }
+        }
         let sweeper = passivation.idleAfter.map { interval in
             Task { [clock] in
                 while !Task.isCancelled {
@@ -442,9 +472,12 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         do {
             let report = try await core.run()
             callers.end()
+            // The last marks and clears are written before the run returns.
+            await storage.ledger?.flush()
             return tally.program(report)
         } catch {
             callers.end()
+            await storage.ledger?.flush()
             throw error
         }
     }
@@ -601,6 +634,7 @@ extension DurableLoopGroup where Event: Codable, State: Codable {
         snapshotEvery: UInt64? = 1_000,
         keysKept: Int = 1_000,
         passivation: Passivation = .never,
+        remembering memory: WorkMemory<ID>? = nil,
         failureGrace: Duration = .seconds(5),
         observer: (any LoopGroupObserver<ID, Event, Effect>)? = nil,
         clock: any Clock<Duration> = ContinuousClock()
@@ -615,6 +649,7 @@ extension DurableLoopGroup where Event: Codable, State: Codable {
             snapshotEvery: snapshotEvery,
             keysKept: keysKept,
             passivation: passivation,
+            remembering: memory,
             failureGrace: failureGrace,
             observer: observer,
             clock: clock
@@ -632,6 +667,7 @@ extension DurableLoopGroup where Event: Codable, State: Codable {
         snapshotEvery: UInt64? = 1_000,
         keysKept: Int = 1_000,
         passivation: Passivation = .never,
+        remembering memory: WorkMemory<ID>? = nil,
         failureGrace: Duration = .seconds(5),
         observer: (any LoopGroupObserver<ID, Event, Effect>)? = nil,
         clock: any Clock<Duration> = ContinuousClock()
@@ -646,6 +682,7 @@ extension DurableLoopGroup where Event: Codable, State: Codable {
             snapshotEvery: snapshotEvery,
             keysKept: keysKept,
             passivation: passivation,
+            remembering: memory,
             failureGrace: failureGrace,
             observer: observer,
             clock: clock

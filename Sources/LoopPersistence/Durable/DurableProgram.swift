@@ -91,14 +91,16 @@ public enum DurableInput<State, Event> {
     case read(ticket: UInt64)
     /// The stream was read back: the state after its last record, that record's version, the version of
     /// the snapshot it started from (0 for none), the callers' keys recorded (`nil`: none), the timers
-    /// still waiting, and the time on the loop's ``EpochClock`` as it was read back.
+    /// still waiting, the time on the loop's ``EpochClock`` as it was read back, and whether the group
+    /// had it marked as having work under way (see ``WorkMemory``).
     indirect case recovered(
         State,
         version: UInt64,
         snapshot: UInt64,
         keys: KeyWindow? = nil,
         timers: [RecordedTimer] = [],
-        now: Duration = .zero
+        now: Duration = .zero,
+        marked: Bool = false
     )
     /// The records up to `version` are durable, written at `at` on the loop's ``EpochClock`` (given when
     /// they started timers).
@@ -134,7 +136,9 @@ public enum DurableEffect<State, Event, Effect> {
     /// Append `events` to `stream`, which is at version `expecting`, each with its note (by position in
     /// `events`) if it has one, and a note at position `events.count` as a record of its own, with no
     /// event; then, if `snapshot` is set, save it as the state at the new version, with the callers' keys
-    /// `keys` and the timers `timers`. The events are acknowledged before the snapshot is saved.
+    /// `keys` and the timers `timers`. The events are acknowledged before the snapshot is saved. With
+    /// `marking`, the stream's work changes (see ``WorkMemory``): `true`, marked before the append;
+    /// `false`, cleared after it.
     indirect case append(
         stream: String,
         events: [Event],
@@ -142,8 +146,12 @@ public enum DurableEffect<State, Event, Effect> {
         snapshot: State?,
         notes: [Int: EventNote] = [:],
         keys: KeyWindow? = nil,
-        timers: [RecordedTimer]? = nil
+        timers: [RecordedTimer]? = nil,
+        marking: Bool? = nil
     )
+    /// Mark `stream` as having work under way (`unfinished`), or clear its mark, without waiting (see
+    /// ``WorkMemory``): a recovered entity whose mark is not what its state says.
+    case remember(stream: String, unfinished: Bool)
     /// Tell waiting senders their events are durable: each ticket with its event's version.
     case acknowledge([Acknowledgement])
     /// A reply the update returned (the program's effect that holds it), for the callers waiting for its
@@ -268,6 +276,9 @@ public struct DurableState<State, Event, Effect> {
     public var timers: [DurableTimer<Effect>] = []
     /// The timers that started since the last record was handed to the store.
     public var fired: [TimerName] = []
+    /// Whether the entity is marked as having work under way, for a group that remembers work (see
+    /// ``WorkMemory``); `nil` otherwise.
+    public var unfinished: Bool?
 
     /// Whether nothing is on its way to the store: the loop may be passivated (and recovered later)
     /// without losing or repeating anything.
@@ -300,11 +311,16 @@ extension DurableProgram {
     ///
     /// `snapshotEvery` saves the state with the append that brings the events since the last snapshot to
     /// at least that many (`nil`: never).
+    ///
+    /// `remembering` marks the entity's stream while it has work under way (see ``WorkMemory``).
     @inlinable
     public func durableUpdate(
-        snapshotEvery: UInt64?
+        snapshotEvery: UInt64?,
+        remembering: Bool = false
     ) -> Update<DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>> {
         let (update, resume, replies, timers) = (self.update, self.resume, self.replies, self.timers)
+        // Whether the state has work under way: something to resume, or a timer waiting.
+        let work = remembering ? Self.work(resume) : nil
         return Update { (durable: inout DurableState<State, Event, Effect>, input: DurableInput<State, Event>) in
             switch input {
             case .event(let event, let ticket, let context):
@@ -324,7 +340,7 @@ extension DurableProgram {
                         replies: replies,
                         timers: timers
                     )
-                    return durable.handOver(snapshotEvery: snapshotEvery, timers: timers)
+                    return durable.handOver(snapshotEvery: snapshotEvery, timers: timers, work: work)
                 }
             case .call(let call):
                 switch durable.phase {
@@ -335,7 +351,7 @@ extension DurableProgram {
                     return [.fail(stream: durable.stream, tickets: call.ticket.map { [$0] } ?? [], reason: reason)]
                 case .running:
                     var effects = durable.accept(call, update: update, replies: replies, timers: timers)
-                    effects += durable.handOver(snapshotEvery: snapshotEvery, timers: timers)
+                    effects += durable.handOver(snapshotEvery: snapshotEvery, timers: timers, work: work)
                     return effects
                 }
             case .read(let ticket):
@@ -353,7 +369,7 @@ extension DurableProgram {
                     }
                     return durable.releaseReads()
                 }
-            case .recovered(let state, let version, let snapshot, let keys, let recordedTimers, let now):
+            case .recovered(let state, let version, let snapshot, let keys, let recordedTimers, let now, let marked):
                 guard durable.phase == .recovering else { return [] }
                 var waiting: [DurableTimer<Effect>] = []
                 if let timers {
@@ -388,6 +404,7 @@ extension DurableProgram {
                 }
                 durable.phase = .running
                 durable.timers = waiting
+                if work != nil { durable.unfinished = marked }
                 durable.state = state
                 durable.version = version
                 durable.recorded = version
@@ -398,7 +415,23 @@ extension DurableProgram {
                 // A reply among them (to a request kept in the state) goes to whoever waits for it now,
                 // unless its request has a recorded answer: that one stands.
                 var effects: [DurableEffect<State, Event, Effect>] = []
-                for (index, effect) in resume(state).enumerated() {
+                let resumed = resume(state)
+                if let timers, !durable.timers.isEmpty {
+                    // The recovered timers wait first, as they were let in before what resumes now; what
+                    // resumes ends those of the keys it cancels or replaces, as it does their waits (the
+                    // same at every recovery, so nothing of it is recorded).
+                    for effect in resumed {
+                        let lifecycle = timers.lifecycle(effect)
+                        if lifecycle.policy == .cancel || lifecycle.policy == .latest, let key = lifecycle.key {
+                            durable.timers.removeAll { $0.lifecycle.key == key }
+                        }
+                    }
+                    for timer in durable.timers {
+                        let wait = TimerRecording<Effect>.wait(timer.lifecycle, left: (timer.due ?? now) - now)
+                        effects.append(.wait(timer.name, lifecycle: wait))
+                    }
+                }
+                for (index, effect) in resumed.enumerated() {
                     if let found = replies?.find(effect) {
                         guard durable.keys.entry(replying: found.reply)?.answer == nil else {
                             durable.duplicateReplies += 1
@@ -427,13 +460,13 @@ extension DurableProgram {
                         effects += durable.accept(held[index], update: update, replies: replies, timers: timers)
                     }
                 }
-                // The recovered timers wait what is left of them, unless a held call has ended them.
-                let left = Set(durable.timers.map(\.name))
-                for timer in waiting where left.contains(timer.name) {
-                    let wait = TimerRecording<Effect>.wait(timer.lifecycle, left: (timer.due ?? now) - now)
-                    effects.append(.wait(timer.name, lifecycle: wait))
+                effects += durable.handOver(snapshotEvery: snapshotEvery, timers: timers, work: work)
+                // A mark that is not what the recovered state says (an end recorded but not its clear, or
+                // a stream recorded before work was remembered) is set right, without waiting.
+                if let work, let was = durable.unfinished, case let now = work(durable), now != was {
+                    durable.unfinished = now
+                    effects.append(.remember(stream: durable.stream, unfinished: now))
                 }
-                effects += durable.handOver(snapshotEvery: snapshotEvery, timers: timers)
                 return effects
             case .recorded(let version, let at):
                 guard durable.phase == .running, version > durable.recorded else { return [] }
@@ -497,7 +530,7 @@ extension DurableProgram {
                 }
                 if !acknowledgements.isEmpty { effects.append(.acknowledge(acknowledgements)) }
                 if !durable.reads.isEmpty { effects += durable.releaseReads() }
-                return effects + durable.handOver(snapshotEvery: snapshotEvery, timers: timers)
+                return effects + durable.handOver(snapshotEvery: snapshotEvery, timers: timers, work: work)
             case .timerDue(let name):
                 // A timer a later event ended, or one of a failed loop, does not start.
                 guard durable.phase == .running, let index = durable.timers.firstIndex(where: { $0.name == name })
@@ -507,7 +540,7 @@ extension DurableProgram {
                 let key = IdempotencyKey(stream: durable.stream, version: name.version, index: name.index)
                 let lifecycle = TimerRecording<Effect>.due(timer.lifecycle)
                 return [.effect(timer.effect, key: key, context: timer.context, lifecycle: lifecycle)]
-                    + durable.handOver(snapshotEvery: snapshotEvery, timers: timers)
+                    + durable.handOver(snapshotEvery: snapshotEvery, timers: timers, work: work)
             case .snapshotFailed(let reason):
                 durable.lastSnapshotFailure = reason
                 return []
@@ -515,6 +548,16 @@ extension DurableProgram {
                 return durable.fail(reason, replies: replies)
             }
         }
+    }
+}
+
+extension DurableProgram {
+    /// Whether a durable state has work under way: something its program resumes, or a timer waiting.
+    @inlinable
+    static func work(
+        _ resume: @escaping @Sendable (State) -> [Effect]
+    ) -> @Sendable (DurableState<State, Event, Effect>) -> Bool {
+        { durable in !durable.timers.isEmpty || !resume(durable.state).isEmpty }
     }
 }
 
@@ -564,7 +607,6 @@ extension DurableState {
         var effects = update(&state, event)
         version += 1
         var note = note ?? EventNote()
-        if let timers, !effects.isEmpty { keep(effects, context: context, as: timers, in: &note.timers) }
         if let replies, !effects.isEmpty, keys.count > 0 {
             var index = 0
             while index < effects.count {
@@ -587,6 +629,8 @@ extension DurableState {
                 index += 1
             }
         }
+        // Timers are named by their position among the effects kept (a second reply is not one of them).
+        if let timers, !effects.isEmpty { keep(effects, context: context, as: timers, in: &note.timers) }
         if !note.isEmpty { notes[unrecorded.count] = note }
         unrecorded.append(event)
         if !effects.isEmpty || ticket != nil {
@@ -725,7 +769,8 @@ extension DurableState {
     @inlinable
     mutating func handOver(
         snapshotEvery: UInt64?,
-        timers recording: TimerRecording<Effect>? = nil
+        timers recording: TimerRecording<Effect>? = nil,
+        work: (@Sendable (DurableState) -> Bool)? = nil
     ) -> [DurableEffect<State, Event, Effect>] {
         guard !appending, !unrecorded.isEmpty || !fired.isEmpty else { return [] }
         appending = true
@@ -751,6 +796,12 @@ extension DurableState {
         }
         // Readers waiting for these events get the state at the batch's end once it is recorded.
         if !reads.isEmpty && readable == nil { readable = (version, state) }
+        // The batch gives the entity work, or ends it: marked before the append, cleared after.
+        var marking: Bool?
+        if let work, let was = unfinished, case let now = work(self), now != was {
+            unfinished = now
+            marking = now
+        }
         return [
             .append(
                 stream: stream,
@@ -759,7 +810,8 @@ extension DurableState {
                 snapshot: snapshot,
                 notes: notes,
                 keys: snapshot != nil && keys.count > 0 ? keys : nil,
-                timers: snapshot != nil && recording != nil ? timers.map(\.recorded) : nil
+                timers: snapshot != nil && recording != nil ? timers.map(\.recorded) : nil,
+                marking: marking
             )
         ]
     }

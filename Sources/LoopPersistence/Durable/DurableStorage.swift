@@ -19,6 +19,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
     @usableFromInline let identity: UInt64
     /// The clock timers' due times are recorded on.
     @usableFromInline let epoch: any EpochClock
+    /// Where a group remembers its entities with work under way, if it does (see ``WorkMemory``).
+    @usableFromInline let ledger: WorkLedger?
 
     @inlinable
     init(
@@ -27,8 +29,10 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         states: any EventCodec<State>,
         keysKept: Int,
         clock: any Clock<Duration>,
+        ledger: WorkLedger? = nil,
         program: @escaping @Sendable (String) -> DurableProgram<State, Event, Effect>?
     ) {
+        self.ledger = ledger
         self.store = store
         self.events = events
         self.states = states
@@ -101,7 +105,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             snapshot: snapshotVersion,
             keys: keys.count > 0 ? keys : nil,
             timers: timers.values.sorted { $0.name < $1.name },
-            now: epoch.sinceEpoch
+            now: epoch.sinceEpoch,
+            marked: ledger?.isMarked(stream) ?? false
         )
     }
 
@@ -308,8 +313,16 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         .route(
             { effect -> Append? in
                 guard
-                    case .append(let stream, let events, let expecting, let snapshot, let notes, let keys, let timers) =
-                        effect
+                    case .append(
+                        let stream,
+                        let events,
+                        let expecting,
+                        let snapshot,
+                        let notes,
+                        let keys,
+                        let timers,
+                        let marking
+                    ) = effect
                 else { return nil }
                 return Append(
                     stream: stream,
@@ -318,12 +331,20 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                     expecting: expecting,
                     snapshot: snapshot,
                     keys: keys,
-                    timers: timers
+                    timers: timers,
+                    marking: marking
                 )
             },
             to: ClosureEffectHandler { append, send in await storage.perform(append, send: send, tally: tally) },
             completing: (store as? any AppendingWithCompletion).map { store in
                 { append, send, done in storage.start(append, on: store, send: send, tally: tally, done: done) }
+            }
+        )
+        .route(
+            { if case .remember(let stream, let unfinished) = $0 { (stream, unfinished) } else { nil } },
+            to: ClosureSyncEffectHandler { change, _ in
+                tally.ran()
+                storage.ledger?.change(change.0, unfinished: change.1)
             }
         )
         .route(
@@ -410,6 +431,26 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
     func perform(_ append: Append, send: Send<DurableInput<State, Event>>, tally: StoreTally) async {
         tally.tasksRun.add(1, ordering: .relaxed)
         defer { tally.tasksEnded.add(1, ordering: .relaxed) }
+        await performUncounted(append, send: send, tally: tally)
+    }
+
+    /// ``perform(_:send:tally:)``, its task counted by the caller. A batch that gives the stream work
+    /// waits for the stream's mark first; one that ends it has the mark cleared once it is recorded.
+    @inlinable
+    func performUncounted(_ append: Append, send: Send<DurableInput<State, Event>>, tally: StoreTally) async {
+        if append.marking == true, let ledger, !(await ledger.mark(append.stream)) {
+            let failure = EventStoreError(
+                .unavailable(reason: "the mark of its work could not be written to '\(ledger.stream)'"),
+                stream: append.stream
+            )
+            _ = acknowledge(
+                append,
+                .failed(DurableFailure(storeError: failure, stream: append.stream)),
+                send: send,
+                tally: tally
+            )
+            return
+        }
         let time = stamp(append.notes)
         let outcome = await self.append(
             append.events,
@@ -418,6 +459,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             expecting: append.expecting,
             at: time
         )
+        if case .recorded = outcome, append.marking == false { ledger?.change(append.stream, unfinished: false) }
         guard case .recorded(let version, _) = acknowledge(append, outcome, send: send, tally: tally),
             let snapshot = append.snapshot
         else { return }
@@ -440,6 +482,14 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             tally.tasksEnded.add(1, ordering: .relaxed)
             done(.success(()))
         }
+        // A batch that waits for its stream's mark waits in a task.
+        if append.marking == true, ledger != nil {
+            Task {
+                await performUncounted(append, send: send, tally: tally)
+                ended()
+            }
+            return
+        }
         let payloads: [[UInt8]]
         let time = stamp(append.notes)
         switch self.payloads(append.events, notes: append.notes, of: append.stream, at: time) {
@@ -455,6 +505,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 case .success(let version): .recorded(upTo: version, at: time)
                 case .failure(let error): .failed(DurableFailure(storeError: error, stream: append.stream))
                 }
+            if case .recorded = outcome, append.marking == false { ledger?.change(append.stream, unfinished: false) }
             guard case .recorded(let version, _) = acknowledge(append, outcome, send: send, tally: tally),
                 let snapshot = append.snapshot
             else { return ended() }
@@ -521,6 +572,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         @usableFromInline var snapshot: State?
         @usableFromInline var keys: KeyWindow?
         @usableFromInline var timers: [RecordedTimer]?
+        @usableFromInline var marking: Bool?
 
         @inlinable
         init(
@@ -530,8 +582,10 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             expecting: UInt64,
             snapshot: State?,
             keys: KeyWindow?,
-            timers: [RecordedTimer]?
+            timers: [RecordedTimer]?,
+            marking: Bool? = nil
         ) {
+            self.marking = marking
             self.stream = stream
             self.events = events
             self.notes = notes

@@ -2,6 +2,10 @@ public import EffectHandlers
 
 #if canImport(Glibc)
 internal import Glibc
+#elseif canImport(Musl)
+internal import Musl
+#elseif canImport(Darwin)
+internal import Darwin
 #endif
 
 /// A clock whose readings mean the same in every process and after a restart: a durable loop records
@@ -53,13 +57,12 @@ public struct TimerRecording<Effect>: Sendable {
         lifecycle.delay != nil && (lifecycle.policy == .concurrent || lifecycle.policy == .latest)
     }
 
-    /// The lifecycle `lifecycle` has once its wait is over: the same policy, key and timeout, at once.
+    /// The lifecycle `lifecycle` has once its wait is over: started at once, under its key (which a
+    /// `cancel` or a newer debounce still reaches) and with its timeout. A debounce replaced what ran
+    /// under its key when it was let in, not again when it starts.
     @inlinable
     static func due(_ lifecycle: EffectLifecycle) -> EffectLifecycle {
-        switch lifecycle.policy {
-        case .latest: lifecycle.key.map { .latest($0, timeout: lifecycle.timeout) } ?? lifecycle
-        default: .concurrent(lifecycle.key, timeout: lifecycle.timeout)
-        }
+        .concurrent(lifecycle.key, timeout: lifecycle.timeout)
     }
 
     /// The lifecycle of the wait itself, `left` long: the effect's key and policy (so a `cancel` of the

@@ -8,7 +8,8 @@ public enum StoreReplay {
     public struct Outcome<State> {
         /// The state after the last event.
         public var state: State
-        /// How many events were replayed.
+        /// How many records were replayed: the stream's last version (a record of timers that started,
+        /// which holds no event, counts as one; see ``DurableProgram/keepingTimers(codec:)``).
         public var events: UInt64
         /// The version of the snapshot the fold matched, if the stream has one.
         public var snapshotVersion: UInt64?
