@@ -131,21 +131,26 @@ import Testing
 
     /// A retry's backoff is a durable timer: the demo killed with SIGKILL during a 3.2 s backoff and
     /// started again retries at the due time recorded when the backoff began (not a whole backoff after
-    /// the restart, and never before it was due), once.
+    /// its recovery, and never before it was due), once.
     @Test func aDemoKilledDuringABackoffRetriesAtTheRecordedDueTimeOnce() async throws {
         let scratch = Demo.scratch("backoff")
         defer { try? FileManager.default.removeItem(atPath: scratch) }
-        let log = "\(scratch)/runs.log"
-        // Each attempt writes when it ran; attempts 1-6 fail, the 7th succeeds. The backoff after the 6th
-        // failure is 100 ms doubled five times: 3.2 s.
-        let job = "run r --retries 10 -- date +%s.%N >> '\(log)'; [ \"$(wc -l < '\(log)')\" -ge 7 ]"
+        let (log, go) = ("\(scratch)/runs.log", "\(scratch)/go")
+        // Each attempt of r writes when it ran; attempts 1-6 fail, the 7th succeeds. The backoff after the
+        // 6th failure is 100 ms doubled five times: 3.2 s. Job s runs until the test lets it end: resumed
+        // after the restart, its line says when the restarted demo has recovered.
+        let jobs = [
+            "run s -- while [ ! -f '\(go)' ]; do sleep 0.05; done",
+            "run r --retries 10 -- date +%s.%N >> '\(log)'; [ \"$(wc -l < '\(log)')\" -ge 7 ]",
+        ]
+        .joined(separator: "\n")
         let first = try await Demo.sh(
             """
             mkfifo '\(scratch)/in'
             "$DEMO" --stdin --store '\(scratch)/store' < '\(scratch)/in' > '\(scratch)/out1' 2>&1 &
             pid=$!
             exec 3> '\(scratch)/in'
-            printf '%s\\n' '\(job.replacingOccurrences(of: "'", with: "'\\''"))' >&3
+            printf '%s\\n' '\(jobs.replacingOccurrences(of: "'", with: "'\\''"))' >&3
             # The 6th failure is recorded (its line is printed once it is): its backoff has begun. (At most
             # 60 s: a demo that never gets there fails the checks below, never hangs the test.)
             for i in $(seq 6000); do grep -q 'retry 6 of' '\(scratch)/out1' || ! kill -0 $pid 2>/dev/null && break; sleep 0.01; done
@@ -154,32 +159,36 @@ import Testing
             wait $pid
             echo "killed=$?"
             exec 3>&-
-            date +%s.%N > '\(scratch)/restarted'
             """
         )
         #expect(first.output.contains("killed=137"), "\(first.output)\n\(Demo.read("\(scratch)/out1"))")
         #expect(Demo.read(log).split(separator: "\n").count == 6, "\(Demo.read("\(scratch)/out1"))")
-        // At most 60 s: a timer lost would leave the job waiting for ever.
+        // Each wait at most 60 s: a timer lost would leave r waiting for ever.
         let second = try await Demo.sh(
             """
-            "$DEMO" --stdin --store '\(scratch)/store' < /dev/null &
+            "$DEMO" --stdin --store '\(scratch)/store' < /dev/null > '\(scratch)/out2' 2>&1 &
             pid=$!
+            for i in $(seq 6000); do grep -q 'resuming s' '\(scratch)/out2' || ! kill -0 $pid 2>/dev/null && break; sleep 0.01; done
+            date +%s.%N > '\(scratch)/recovered'
+            for i in $(seq 6000); do [ "$(wc -l < '\(log)')" -ge 7 ] || ! kill -0 $pid 2>/dev/null && break; sleep 0.01; done
+            touch '\(go)'
             for i in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
-            kill -0 $pid 2>/dev/null && { echo "still waiting after 60 s"; kill -9 $pid; }
+            kill -0 $pid 2>/dev/null && { echo "still running after 60 s"; kill -9 $pid; }
             wait $pid
             """
         )
-        #expect(second.status == 0, "\(second.output)")
+        #expect(second.status == 0, "\(second.output)\n\(Demo.read("\(scratch)/out2"))")
         let runs = Demo.read(log).split(separator: "\n").compactMap { Double($0) }
-        let restarted = try #require(
-            Double(Demo.read("\(scratch)/restarted").trimmingCharacters(in: .whitespacesAndNewlines))
+        let recovered = try #require(
+            Double(Demo.read("\(scratch)/recovered").trimmingCharacters(in: .whitespacesAndNewlines))
         )
-        try #require(runs.count == 7, "\(runs)\n\(second.output)")
+        try #require(runs.count == 7, "\(runs)\n\(Demo.read("\(scratch)/out2"))")
         // Never early: the 6th attempt ran before its failure was recorded, so the due time is later than
         // its start plus the backoff.
         #expect(runs[6] >= runs[5] + 3.2, "\(runs)")
-        // Not a whole backoff again: due about 0.7 s after the restart, long before 3.2 s after it.
-        #expect(runs[6] < restarted + 3.2, "retried \(runs[6] - restarted) s after the restart")
+        // Not a whole backoff again: due at most 0.7 s after the recovery (the kill came 2.5 s into the
+        // backoff); a backoff derived again would start 3.2 s after it.
+        #expect(runs[6] < recovered + 2, "retried \(runs[6] - recovered) s after the recovery")
     }
 
     /// How many lines of `log` hold each name.

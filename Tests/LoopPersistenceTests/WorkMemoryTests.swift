@@ -190,6 +190,26 @@ typealias ChoresState = DurableState<Int, Chores.Event, Chores.Effect>
         #expect(third.recoveries == 1)
     }
 
+    /// A mark the store refuses fails the append that waits for it (the entity stops, nothing recorded);
+    /// once the store is back, the entity's next work is marked, and a restart wakes it.
+    @Test func aRefusedMarkFailsItsAppendAndTheNextWorkIsMarked() async throws {
+        let store = CountingStore()
+        let first = Chores.group(store)
+        try await running(first) {
+            store.failAppends.withLock { $0 = true }
+            await #expect(throws: DurableLoopError.self) { try await first.sendDurably(.add(1), to: "x") }
+            store.failAppends.withLock { $0 = false }
+            #expect(first.forgetFailure(of: "x"))
+            _ = try await first.sendDurably(.add(1), to: "x")
+        }
+        #expect(try await store.version(of: "chores-x") == 1)
+        let second = Chores.group(store)
+        try await running(second) {
+            await eventually("x to be woken") { second.state(of: "x") == 1 }
+            #expect(second.recoveries == 1)
+        }
+    }
+
     /// Marks that do not read back stop the group's run with the reason, before any entity starts.
     @Test func marksThatDoNotDecodeStopTheRun() async throws {
         let store = InMemoryEventStore()

@@ -20,7 +20,8 @@ internal import LoopRuntime
 /// )
 /// ```
 public struct WorkMemory<ID: Sendable>: Sendable {
-    /// The stream the marks are kept in, in the group's store: a name no entity's stream has.
+    /// The stream the marks are kept in, in the group's store: a name no entity's stream has, and one
+    /// per group (two groups on one store would wake each other's entities).
     public var stream: String
     /// The entity whose stream is `stream`, or `nil` for a stream that is not one of the group's.
     public var id: @Sendable (String) -> ID?
@@ -49,8 +50,10 @@ final class WorkLedger: Sendable {
     private let ledger = Locked(Ledger())
 
     private struct Ledger {
-        /// The stream's version, once read or written.
+        /// The stream's version, once read or written; `nil` after another writer got there first.
         var version: UInt64?
+        /// The version up to which ``written`` holds what the stream says.
+        var known: UInt64 = 0
         /// The streams marked, as written.
         var written: Set<String> = []
         /// The streams marked, as asked for (written, or on the way).
@@ -63,6 +66,23 @@ final class WorkLedger: Sendable {
         var sinceSnapshot = 0
         /// Callers waiting for the queue to be written.
         var flushing: [CheckedContinuation<Void, Never>] = []
+        /// Whether the marks were read back (once per group).
+        var loaded = false
+
+        /// Applies `changes` to the written marks.
+        mutating func write(_ changes: [(stream: String, unfinished: Bool)]) {
+            for change in changes {
+                if change.unfinished { written.insert(change.stream) } else { written.remove(change.stream) }
+            }
+        }
+
+        /// The marks as asked for: those written, then the changes on the way.
+        mutating func remark() {
+            marked = written
+            for change in queue {
+                if change.unfinished { marked.insert(change.stream) } else { marked.remove(change.stream) }
+            }
+        }
     }
 
     @usableFromInline
@@ -71,24 +91,24 @@ final class WorkLedger: Sendable {
         self.stream = stream
     }
 
-    /// Reads the marks back: the streams marked.
+    /// Reads the marks back: the streams marked; nothing after the first time (a group runs once).
     ///
     /// - Throws: ``DurableLoopError/storeFailed(_:)`` when the store fails or a record does not decode.
     func load() async throws(DurableLoopError) -> Set<String> {
+        let first = ledger.withLock { ledger -> Bool in
+            defer { ledger.loaded = true }
+            return !ledger.loaded
+        }
+        guard first else { return [] }
         var marked: Set<String> = []
         var version: UInt64 = 0
+        var records = 0
         do {
             if let snapshot = try await store.latestSnapshot(of: stream) {
                 do {
                     marked = try Self.marks(snapshot.payload)
                 } catch {
-                    throw DurableLoopError.storeFailed(
-                        DurableFailure(
-                            .undecodable(.snapshot, version: snapshot.version, reason: "\(error)"),
-                            stream: stream,
-                            whileRecovering: true
-                        )
-                    )
+                    throw Self.undecodable(.snapshot, at: snapshot.version, error, in: stream)
                 }
                 version = snapshot.version
             }
@@ -98,15 +118,10 @@ final class WorkLedger: Sendable {
                         if change.unfinished { marked.insert(change.stream) } else { marked.remove(change.stream) }
                     }
                 } catch {
-                    throw DurableLoopError.storeFailed(
-                        DurableFailure(
-                            .undecodable(.event, version: stored.version, reason: "\(error)"),
-                            stream: stream,
-                            whileRecovering: true
-                        )
-                    )
+                    throw Self.undecodable(.event, at: stored.version, error, in: stream)
                 }
                 version = stored.version
+                records += 1
             }
         } catch let error as DurableLoopError {
             throw error
@@ -115,18 +130,30 @@ final class WorkLedger: Sendable {
         }
         ledger.withLock { ledger in
             ledger.version = version
+            ledger.known = version
             ledger.written = marked
+            // Records since the snapshot count toward the next one, across restarts.
+            ledger.sinceSnapshot = records
             // Changes asked for meanwhile stand.
-            ledger.marked = marked
-            for change in ledger.queue {
-                if change.unfinished {
-                    ledger.marked.insert(change.stream)
-                } else {
-                    ledger.marked.remove(change.stream)
-                }
-            }
+            ledger.remark()
         }
         return marked
+    }
+
+    /// The error of a record of the marks that does not decode.
+    private static func undecodable(
+        _ kind: DurableFailure.Record,
+        at version: UInt64,
+        _ error: any Error,
+        in stream: String
+    ) -> DurableLoopError {
+        .storeFailed(
+            DurableFailure(
+                .undecodable(kind, version: version, reason: "\(error)"),
+                stream: stream,
+                whileRecovering: true
+            )
+        )
     }
 
     /// Whether `stream` is marked (or its mark is on the way).
@@ -178,7 +205,7 @@ final class WorkLedger: Sendable {
         while true {
             var flushed: [CheckedContinuation<Void, Never>] = []
             let next = ledger.withLock {
-                ledger -> (batch: [(String, Bool, CheckedContinuation<Bool, Never>?)], version: UInt64?)? in
+                ledger -> [(stream: String, unfinished: Bool, waiter: CheckedContinuation<Bool, Never>?)]? in
                 guard !ledger.queue.isEmpty else {
                     ledger.writing = false
                     flushed = ledger.flushing
@@ -186,48 +213,77 @@ final class WorkLedger: Sendable {
                     return nil
                 }
                 defer { ledger.queue = [] }
-                return (ledger.queue.map { ($0.stream, $0.unfinished, $0.waiter) }, ledger.version)
+                return ledger.queue
             }
-            guard let (batch, known) = next else {
+            guard let batch = next else {
                 for waiter in flushed { waiter.resume() }
                 return
             }
-            let waiters = batch.compactMap(\.2)
+            let changes = batch.map { (stream: $0.stream, unfinished: $0.unfinished) }
+            let waiters = batch.compactMap(\.waiter)
             do {
                 let version: UInt64
-                if let known { version = known } else { version = try await store.version(of: stream) }
-                let written = try await store.append(
-                    [Self.record(batch.map { ($0.0, $0.1) })],
-                    to: stream,
-                    expecting: version
-                )
+                if let known = ledger.withLock({ $0.version }) {
+                    version = known
+                } else {
+                    version = try await catchUp()
+                }
+                let written = try await store.append([Self.record(changes)], to: stream, expecting: version)
                 let snapshot = ledger.withLock { ledger -> Set<String>? in
                     ledger.version = written
-                    for (stream, unfinished, _) in batch {
-                        if unfinished { ledger.written.insert(stream) } else { ledger.written.remove(stream) }
-                    }
+                    ledger.known = written
+                    ledger.write(changes)
                     ledger.sinceSnapshot += 1
                     guard ledger.sinceSnapshot >= 1_000 else { return nil }
                     ledger.sinceSnapshot = 0
                     return ledger.written
                 }
+                conflicts = 0
                 for waiter in waiters { waiter.resume(returning: true) }
                 if let snapshot {
-                    // A snapshot that cannot be saved costs only a longer read back.
-                    try? await store.save(Snapshot(stream: stream, version: written, payload: Self.record(snapshot)))
+                    // Saved aside, so marks waiting for the next record do not wait for it; one that cannot
+                    // be saved costs only a longer read back.
+                    let (store, stream) = (self.store, self.stream)
+                    Task {
+                        try? await store.save(
+                            Snapshot(stream: stream, version: written, payload: Self.record(snapshot))
+                        )
+                    }
                 }
-                conflicts = 0
             } catch let error as EventStoreError where conflicts < 3 && Self.isConflict(error) {
-                // Another writer of the stream (a second group on the store): read its version, try again.
+                // Another writer of the stream (a process still stopping, say): read what it wrote, try again.
                 conflicts += 1
                 ledger.withLock { ledger in
                     ledger.version = nil
-                    ledger.queue = batch.map { (stream: $0.0, unfinished: $0.1, waiter: $0.2) } + ledger.queue
+                    ledger.queue = batch + ledger.queue
                 }
             } catch {
+                // This batch is not written: the appends waiting for its marks fail, and no stream counts
+                // as marked by it.
+                conflicts = 0
+                ledger.withLock { $0.remark() }
                 for waiter in waiters { waiter.resume(returning: false) }
             }
         }
+    }
+
+    /// Reads what another writer appended after the last record this one knows (so the next snapshot
+    /// holds its marks too); returns the stream's version.
+    private func catchUp() async throws -> UInt64 {
+        let start = ledger.withLock { $0.known }
+        var changes: [(stream: String, unfinished: Bool)] = []
+        var version = start
+        for try await stored in store.events(of: stream, after: start) {
+            changes += try Self.changes(stored.payload)
+            version = stored.version
+        }
+        ledger.withLock { ledger in
+            ledger.write(changes)
+            ledger.version = version
+            ledger.known = version
+            ledger.remark()
+        }
+        return version
     }
 
     static func isConflict(_ error: EventStoreError) -> Bool {
