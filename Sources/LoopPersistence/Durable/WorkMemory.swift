@@ -85,10 +85,14 @@ final class WorkLedger: Sendable {
         }
     }
 
+    /// How many records a snapshot of the marks is saved after.
+    let snapshotEvery: Int
+
     @usableFromInline
-    init(store: any EventStore, stream: String) {
+    init(store: any EventStore, stream: String, snapshotEvery: Int = 1_000) {
         self.store = store
         self.stream = stream
+        self.snapshotEvery = max(1, snapshotEvery)
     }
 
     /// Reads the marks back: the streams marked; nothing after the first time (a group runs once).
@@ -234,7 +238,7 @@ final class WorkLedger: Sendable {
                     ledger.known = written
                     ledger.write(changes)
                     ledger.sinceSnapshot += 1
-                    guard ledger.sinceSnapshot >= 1_000 else { return nil }
+                    guard ledger.sinceSnapshot >= snapshotEvery else { return nil }
                     ledger.sinceSnapshot = 0
                     return ledger.written
                 }
