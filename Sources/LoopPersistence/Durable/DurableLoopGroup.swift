@@ -45,7 +45,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         }
     }
 
-    /// The durable update every entity runs (``DurableProgram/durableUpdate(snapshotEvery:)``).
+    /// The durable update every entity runs (``DurableProgram/durableUpdate(snapshotEvery:remembering:)``).
     public typealias DurableUpdate = Update<
         DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>
     >
@@ -225,7 +225,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     }
 
     /// Creates a group whose entities all run `program`; see
-    /// ``init(stream:program:effects:store:events:states:snapshotEvery:keysKept:passivation:failureGrace:observer:clock:)``.
+    /// ``init(stream:program:effects:store:events:states:snapshotEvery:keysKept:passivation:remembering:failureGrace:observer:clock:)``.
     @inlinable
     public convenience init(
         stream: @escaping @Sendable (ID) -> String = { "\($0)" },
