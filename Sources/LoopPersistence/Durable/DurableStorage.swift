@@ -299,14 +299,6 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             if case .effect(_, _, let context, _) = effect { event.carrying(context) } else { event }
         }
         .route(
-            { if case .wait(let name, _) = $0 { name } else { nil } },
-            to: ClosureEffectHandler { name, send in
-                // The wait itself is the lifecycle's delay: once it starts, the timer is due.
-                tally.ran()
-                tally.sent(send(.timerDue(name)))
-            }
-        )
-        .route(
             { if case .recover(let stream) = $0 { stream } else { nil } },
             to: ClosureEffectHandler { stream, send in await storage.recover(stream, send: send, tally: tally) }
         )
@@ -338,13 +330,6 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             to: ClosureEffectHandler { append, send in await storage.perform(append, send: send, tally: tally) },
             completing: (store as? any AppendingWithCompletion).map { store in
                 { append, send, done in storage.start(append, on: store, send: send, tally: tally, done: done) }
-            }
-        )
-        .route(
-            { if case .remember(let stream, let unfinished) = $0 { (stream, unfinished) } else { nil } },
-            to: ClosureSyncEffectHandler { change, _ in
-                tally.ran()
-                storage.ledger?.change(change.0, unfinished: change.1)
             }
         )
         .route(
@@ -403,6 +388,22 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 tally.ran()
                 failed(failure.stream, failure.reason)
                 callers.fail(failure.tickets, in: failure.stream, reason: failure.reason)
+            }
+        )
+        // Rare: after the routes every batch takes.
+        .route(
+            { if case .wait(let name, _) = $0 { name } else { nil } },
+            to: ClosureEffectHandler { name, send in
+                // The wait itself is the lifecycle's delay: once it starts, the timer is due.
+                tally.ran()
+                tally.sent(send(.timerDue(name)))
+            }
+        )
+        .route(
+            { if case .remember(let stream, let unfinished) = $0 { (stream, unfinished) } else { nil } },
+            to: ClosureSyncEffectHandler { change, _ in
+                tally.ran()
+                storage.ledger?.change(change.0, unfinished: change.1)
             }
         )
         .stopLoop { if case .stop = $0 { failureGrace } else { nil } }

@@ -71,17 +71,13 @@ final class WorkLedger: Sendable {
 
         /// Applies `changes` to the written marks.
         mutating func write(_ changes: [(stream: String, unfinished: Bool)]) {
-            for change in changes {
-                if change.unfinished { written.insert(change.stream) } else { written.remove(change.stream) }
-            }
+            WorkLedger.apply(changes, to: &written)
         }
 
         /// The marks as asked for: those written, then the changes on the way.
         mutating func remark() {
             marked = written
-            for change in queue {
-                if change.unfinished { marked.insert(change.stream) } else { marked.remove(change.stream) }
-            }
+            WorkLedger.apply(queue.map { ($0.stream, $0.unfinished) }, to: &marked)
         }
     }
 
@@ -118,9 +114,7 @@ final class WorkLedger: Sendable {
             }
             for try await stored in store.events(of: stream, after: version) {
                 do {
-                    for change in try Self.changes(stored.payload) {
-                        if change.unfinished { marked.insert(change.stream) } else { marked.remove(change.stream) }
-                    }
+                    Self.apply(try Self.changes(stored.payload), to: &marked)
                 } catch {
                     throw Self.undecodable(.event, at: stored.version, error, in: stream)
                 }
@@ -195,7 +189,7 @@ final class WorkLedger: Sendable {
     private func enqueue(_ stream: String, unfinished: Bool, waiter: CheckedContinuation<Bool, Never>?) {
         let start = ledger.withLock { ledger -> Bool in
             ledger.queue.append((stream, unfinished, waiter))
-            if unfinished { ledger.marked.insert(stream) } else { ledger.marked.remove(stream) }
+            Self.apply([(stream, unfinished)], to: &ledger.marked)
             guard !ledger.writing else { return false }
             ledger.writing = true
             return true
@@ -288,6 +282,13 @@ final class WorkLedger: Sendable {
             ledger.remark()
         }
         return version
+    }
+
+    /// Applies marks (`true`) and clears (`false`) to a set of marked streams, in order.
+    static func apply(_ changes: [(stream: String, unfinished: Bool)], to marked: inout Set<String>) {
+        for change in changes {
+            if change.unfinished { marked.insert(change.stream) } else { marked.remove(change.stream) }
+        }
     }
 
     static func isConflict(_ error: EventStoreError) -> Bool {
