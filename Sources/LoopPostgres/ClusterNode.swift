@@ -1,5 +1,5 @@
 public import EffectHandlers
-internal import LoopCore
+public import LoopCore
 public import LoopPersistence
 public import LoopRuntime
 
@@ -64,9 +64,13 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         /// after its last event: then it is released, and its mark of remembered work cleared, so a node
         /// taking its shard does not recover it.
         public var releaseSettledAfter: Duration
+        /// How long the answer to a request across the cluster stays where its caller reads it (the
+        /// `replies` table), counted from the answer (or from the request, while unanswered). A repeat of
+        /// its key after that is answered by the entity from its key window, if the key is still in it.
+        public var answersKept: Duration
 
         /// The defaults: schema `effectloop`, heartbeat 250 ms, timeout 3 s, 2,000 rows, snapshot every
-        /// 1,000 events, an outage limit of 60 s, settled entities released after 30 s.
+        /// 1,000 events, an outage limit of 60 s, settled entities released after 30 s, answers kept an hour.
         public init(
             schema: String = "effectloop",
             heartbeat: Duration = .milliseconds(250),
@@ -74,7 +78,8 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             batch: Int = 2_000,
             snapshotEvery: UInt64? = 1_000,
             outageLimit: Duration = .seconds(60),
-            releaseSettledAfter: Duration = .seconds(30)
+            releaseSettledAfter: Duration = .seconds(30),
+            answersKept: Duration = .seconds(3_600)
         ) {
             self.schema = schema
             self.heartbeat = heartbeat
@@ -83,6 +88,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             self.snapshotEvery = snapshotEvery
             self.outageLimit = outageLimit
             self.releaseSettledAfter = releaseSettledAfter
+            self.answersKept = answersKept
         }
     }
 
@@ -96,6 +102,8 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     private let states: any EventCodec<State>
     /// The node's session with the database now, and what the ones before it counted.
     private let supervision: Locked<Supervision>
+    /// How the node asks entities (its own or other nodes'): through the database, as any process does.
+    private let client: ClusterClient<Event>
 
     private struct Supervision {
         var current: ClusterSession<State, Event, Effect>
@@ -143,20 +151,61 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             initial: program.initial,
             update: Update { state, inboxed in update(&state, inboxed.event) },
             resume: program.resume,
+            replies: program.replies,
             timers: program.timers
         )
         self.router = router.mapEvents { Inboxed(inbox: nil, event: $0) }
-        let first = try await ClusterSession(
-            conninfo: conninfo,
-            name: name,
-            configuration: configuration,
-            program: self.program,
-            router: self.router,
+        let client = try await ClusterClient(
+            connecting: conninfo,
             events: events,
-            states: states,
-            after: nil
+            schema: configuration.schema,
+            installing: false
         )
-        supervision = Locked(Supervision(current: first))
+        self.client = client
+        do {
+            let first = try await ClusterSession(
+                conninfo: conninfo,
+                name: name,
+                configuration: configuration,
+                program: self.program,
+                router: self.router,
+                events: events,
+                states: states,
+                after: nil
+            )
+            supervision = Locked(Supervision(current: first))
+        } catch {
+            await client.close()
+            throw error
+        }
+    }
+
+    /// Asks the entity `entity`, wherever in the cluster it runs (on this node or another), as a
+    /// ``ClusterClient`` does: the event `make` builds around a reply address goes through the inbox, and
+    /// the answer comes back once the event that decided it is recorded. The answer is decoded as the
+    /// program records it (``DurableProgram/replying(_:)``). Keys, errors and timeouts as
+    /// ``ClusterClient/request(to:key:timeout:answers:_:)``.
+    ///
+    /// ```swift
+    /// let outcome: Outcome = try await node.request(to: "account-17", key: requestID) { .withdraw(50, replyTo: $0) }
+    /// ```
+    public func request<Value: Sendable>(
+        to entity: String,
+        key: String? = nil,
+        timeout: Duration = .seconds(30),
+        _ make: (ReplyTo<Value>) -> Event
+    ) async throws(RequestError) -> Value {
+        guard let replies = program.replies else { throw .invalid("\(CallRefusal.noReplies)") }
+        return try await client.ask(to: entity, key: key, timeout: timeout, make: make) { bytes in
+            switch replies.decode(bytes) {
+            case .success(let value as Value): .success(value)
+            case .success(let value):
+                .failure(
+                    .invalid("the program replies with \(type(of: value)), not the \(Value.self) this request expects")
+                )
+            case .failure(let error): .failure(.storeFailed("the answer does not decode: \(error)"))
+            }
+        }
     }
 
     /// The shards the node owns now.
@@ -350,6 +399,11 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         var ownership: Ownership
         var shardOf: [String: Int] = [:]
         var inFlight: Set<Int64> = []
+        /// Request rows whose caller has its answer: one still in the inbox is a repeat of its key, which
+        /// no append consumed, and is deleted when seen.
+        var answered: Set<Int64> = []
+        /// Heartbeats since the last sweep of old `replies` rows.
+        var sinceSweep = 0
         var stopping = false
         /// The grace period its entities get when it stops (the shortest asked for), if a stop was asked.
         var grace: Duration?
@@ -394,6 +448,8 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             schema: schema,
             // The row id is in the event's bytes, after what a durable loop keeps beside them.
             inboxOf: { payload in (try? storedEvent(payload))?.flatMap { InboxedCodec<Event>.inbox(of: $0) } },
+            // Answers to requests from the inbox, written where their callers read them.
+            answersOf: { payload in (try? storedAnswers(payload)) ?? [] },
             applicationName: Self.writerName(name)
         )
         control = PostgresWorker(
@@ -642,6 +698,18 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         )
         let quietReleasing = releasable()
         let settled = settle()
+        // About once a minute, the answers kept past their time are swept (by every node: a sweep is cheap).
+        let sweepEvery = max(1, Int(Duration.seconds(60) / max(configuration.heartbeat, .milliseconds(1))))
+        let sweep = ledger.withLock { ledger -> Bool in
+            ledger.sinceSweep += 1
+            guard ledger.sinceSweep >= sweepEvery else { return false }
+            ledger.sinceSweep = 0
+            return true
+        }
+        let kept = Int64(
+            configuration.answersKept.components.seconds * 1_000
+                + configuration.answersKept.components.attoseconds / 1_000_000_000_000_000
+        )
         var begun = ledger.withLock { $0.ownership }
         let (marks, failed) = ledger.withLock { ledger in
             (Set(ledger.awake.keys), Set(ledger.failed.filter(\.value.failing).keys))
@@ -811,16 +879,28 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                     failed.isEmpty
                     ? "" : " AND stream NOT IN (\((2...(failed.count + 1)).map { "$\($0)" }.joined(separator: ",")))"
                 let found = try connection.execute(
-                    "SELECT id, stream, shard::bigint, payload FROM \(schema).inbox WHERE shard IN (\(list))\(skip) ORDER BY id LIMIT $1",
+                    """
+                    SELECT id, stream, shard::bigint, payload, key, reply, digest FROM \(schema).inbox
+                    WHERE shard IN (\(list))\(skip) ORDER BY id LIMIT $1
+                    """,
                     parameters
                 )
                 for index in found.rows.indices {
+                    var request: InboxRow.Request?
+                    if found.rows[index][4] != nil {
+                        request = InboxRow.Request(
+                            key: try found.text(index, 4),
+                            reply: UInt64(bitPattern: try found.int(index, 5)),
+                            digest: UInt64(bitPattern: try found.int(index, 6))
+                        )
+                    }
                     rows.append(
                         InboxRow(
                             id: try found.int(index, 0),
                             stream: try found.text(index, 1),
                             shard: Int(try found.int(index, 2)),
-                            payload: try found.bytes(index, 3)
+                            payload: try found.bytes(index, 3),
+                            request: request
                         )
                     )
                 }
@@ -843,6 +923,17 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 try connection.execute(
                     "INSERT INTO \(schema).awake (stream, shard) VALUES \(values.joined(separator: ",")) ON CONFLICT DO NOTHING",
                     parameters
+                )
+            }
+            if sweep {
+                try connection.execute(
+                    """
+                    DELETE FROM \(schema).replies WHERE ctid IN (
+                        SELECT ctid FROM \(schema).replies
+                        WHERE coalesce(answered_at, asked_at) < now() - make_interval(secs => $1::bigint / 1000.0)
+                        LIMIT 10000)
+                    """,
+                    [.int(kept)]
                 )
             }
             return Tick(
@@ -927,15 +1018,24 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     private func dispatch(_ rows: [InboxRow]) {
         var undecodable: [(InboxRow, String)] = []
         var fresh: [(InboxRow, Event)] = []
+        var repeats: [Int64] = []
         ledger.withLock { ledger in
             // Rows seen in flight and no longer in the inbox were committed.
             let seen = Set(rows.map(\.id))
             let horizon = rows.count < configuration.batch ? Int64.max : (rows.last?.id ?? Int64.max)
             ledger.inFlight = ledger.inFlight.filter { seen.contains($0) || $0 > horizon }
+            if !ledger.answered.isEmpty {
+                repeats = rows.map(\.id).filter(ledger.answered.contains)
+                ledger.answered = ledger.answered.filter { seen.contains($0) || $0 > horizon }
+            }
             for row in rows where !ledger.inFlight.contains(row.id) && ledger.ownership.owned.contains(row.shard) {
                 // A row the store would refuse (a name it cannot index, say) must not reach a batch of
                 // appends, where it would fail the others and stop the entity: it goes to the dead letters.
                 if let problem = PostgresEventStore.problem(with: [row.payload], stream: row.stream) {
+                    undecodable.append((row, problem))
+                    continue
+                }
+                if let request = row.request, let problem = KeyLimits.problem(with: request.key) {
                     undecodable.append((row, problem))
                     continue
                 }
@@ -950,8 +1050,84 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 }
             }
         }
-        for (row, event) in fresh { group.send(Inboxed(inbox: row.id, event: event), to: row.stream) }
+        for (row, event) in fresh {
+            guard let request = row.request else {
+                group.send(Inboxed(inbox: row.id, event: event), to: row.stream)
+                continue
+            }
+            // A request: its answer, once recorded, is written where its caller reads it (by the append
+            // that records it, or below, for a repeat answered from the record).
+            let call = DurableCall(
+                event: Inboxed(inbox: row.id, event: event),
+                key: request.key,
+                fingerprint: request.digest,
+                reply: request.reply
+            )
+            let waiter = ForwardedRequest(row: row.id, stream: row.stream, key: request.key, reply: request.reply) {
+                [weak self] request, outcome in
+                self?.concluded(request, outcome)
+            }
+            group.forward(call, to: row.stream, waiter: waiter)
+        }
         if !undecodable.isEmpty { bury(undecodable) }
+        if !repeats.isEmpty { conclude(repeats.map { ($0, nil) }) }
+    }
+
+    /// What became of a request this session forwarded to its entity.
+    private func concluded(_ request: ForwardedRequest, _ outcome: ForwardedRequest.Outcome) {
+        switch outcome {
+        case .answered(recorded: nil):
+            // Recorded by the append that decided it; the row, if a repeat, is deleted when next seen.
+            ledger.withLock { _ = $0.answered.insert(request.row) }
+        case .answered(recorded: let recorded?):
+            // A repeat answered from the record: no append consumed its row, nor wrote the answer.
+            let answer: ReplyRow =
+                switch recorded {
+                case .success(let bytes): ReplyRow(stream: request.stream, reply: request.reply, payload: bytes)
+                case .failure(let error):
+                    ReplyRow(
+                        stream: request.stream,
+                        reply: request.reply,
+                        failure: ("failed", "the answer did not encode: \(error)")
+                    )
+                }
+            conclude([(request.row, answer)])
+        case .failed(.keyReused(let key)):
+            conclude([
+                (request.row, ReplyRow(stream: request.stream, reply: request.reply, failure: ("keyReused", key)))
+            ])
+        case .failed(.invalid(let reason)):
+            conclude([
+                (request.row, ReplyRow(stream: request.stream, reply: request.reply, failure: ("invalid", reason)))
+            ])
+        case .failed(.rejected(.invalid)):
+            conclude([
+                (
+                    request.row,
+                    ReplyRow(stream: request.stream, reply: request.reply, failure: ("invalid", "\(Rejection.invalid)"))
+                )
+            ])
+        case .failed:
+            // The entity stopped or failed, or the session ends: the row stays for the shard's next owner
+            // (or this session's retry of the entity).
+            break
+        }
+    }
+
+    /// Deletes request rows no append consumed (repeats, refusals) and writes the answers or failures
+    /// given with them where their callers read them, notifying the callers.
+    private func conclude(_ rows: [(Int64, ReplyRow?)]) {
+        let schema = configuration.schema
+        control.schedule { [control] in
+            _ = control.runInline { connection throws(PostgresError) in
+                try connection.execute(
+                    "DELETE FROM \(schema).inbox WHERE id IN (\((1...rows.count).map { "$\($0)" }.joined(separator: ",")))",
+                    rows.map { .int($0.0) }
+                )
+                let answers = rows.compactMap(\.1)
+                if !answers.isEmpty { try PostgresBatch.answer(answers, schema: schema, on: connection) }
+            }
+        }
     }
 
     /// Moves rows that cannot be processed to `inbox_dead`, with why.
@@ -962,13 +1138,24 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 for (row, reason) in rows {
                     try connection.execute(
                         """
-                        WITH moved AS (DELETE FROM \(schema).inbox WHERE id = $1 RETURNING id, stream, payload)
-                        INSERT INTO \(schema).inbox_dead (id, stream, payload, reason)
-                        SELECT id, stream, payload, $2 FROM moved
+                        WITH moved AS (DELETE FROM \(schema).inbox WHERE id = $1 RETURNING id, stream, payload, key, reply)
+                        INSERT INTO \(schema).inbox_dead (id, stream, payload, reason, key, reply)
+                        SELECT id, stream, payload, $2, key, reply FROM moved
                         """,
                         [.int(row.id), .text(reason)]
                     )
                 }
+                // A request's caller hears why, rather than waiting for its timeout.
+                let failed = rows.compactMap { row, reason in
+                    row.request.map {
+                        ReplyRow(
+                            stream: row.stream,
+                            reply: $0.reply,
+                            failure: ("invalid", "the request cannot be processed: \(reason)")
+                        )
+                    }
+                }
+                if !failed.isEmpty { try PostgresBatch.answer(failed, schema: schema, on: connection) }
             }
         }
         ledger.withLock { $0.dead += rows.count }
@@ -1048,10 +1235,19 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
 
 /// One inbox row, as a node reads it.
 struct InboxRow: Sendable {
+    /// What a request's row carries beside its event.
+    struct Request: Sendable {
+        var key: String
+        var reply: UInt64
+        var digest: UInt64
+    }
+
     var id: Int64
     var stream: String
     var shard: Int
     var payload: [UInt8]
+    /// For a request (from ``ClusterClient``), its key, reply address and digest; `nil` for an event.
+    var request: Request? = nil
 }
 
 /// What one heartbeat found and did.

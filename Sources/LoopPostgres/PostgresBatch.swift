@@ -1,5 +1,20 @@
 internal import LoopPersistence
 
+/// An answer (or why there is none) for the caller of a request across the cluster, as its `replies`
+/// row holds it.
+struct ReplyRow: Sendable, Equatable {
+    var stream: String
+    var reply: UInt64
+    var payload: [UInt8]? = nil
+    /// Why the request has no answer: its kind (`keyReused`, `invalid`, `failed`) and a reason.
+    var failure: (kind: String, reason: String)? = nil
+
+    static func == (lhs: ReplyRow, rhs: ReplyRow) -> Bool {
+        lhs.stream == rhs.stream && lhs.reply == rhs.reply && lhs.payload == rhs.payload
+            && lhs.failure?.kind == rhs.failure?.kind && lhs.failure?.reason == rhs.failure?.reason
+    }
+}
+
 /// How one batch of appends is written: a pure plan (which appends pass their version check, which rows
 /// to insert) and the transaction that applies it.
 enum PostgresBatch {
@@ -79,6 +94,7 @@ enum PostgresBatch {
         _ appends: [Append],
         schema: String,
         inboxOf: (@Sendable ([UInt8]) -> Int64?)? = nil,
+        answersOf: (@Sendable ([UInt8]) -> [RecordedAnswer])? = nil,
         fencing: Fencing? = nil,
         on connection: PostgresConnection
     ) throws(PostgresError) -> [Result<UInt64, EventStoreError>] {
@@ -156,6 +172,10 @@ enum PostgresBatch {
                     try connection.execute("DELETE FROM \(schema).inbox WHERE id IN (\(list))", slice.map { .int($0) })
                     first = end
                 }
+                if let answersOf {
+                    let answers = answers(of: rows, answersOf: answersOf)
+                    if !answers.isEmpty { try answer(answers, schema: schema, on: connection) }
+                }
                 try connection.execute("COMMIT")
                 return results
             } catch {
@@ -163,6 +183,73 @@ enum PostgresBatch {
                 guard (error.isUniqueViolation || error.isRetryable) && attempt < 8 else { throw error }
             }
         }
+    }
+
+    /// The longest answer a notification carries itself (hex-encoded, under PostgreSQL's 8,000-byte limit
+    /// for a payload); the caller reads a longer one from its row.
+    static let notifiedAnswerBytes = 3_000
+
+    /// Writes `answers` to the `replies` rows their callers wait on, if they have one still unanswered,
+    /// and notifies each caller's channel with the reply address and, for an answer of at most
+    /// ``notifiedAnswerBytes``, its bytes in hex. In the caller's transaction, if it is in one: the
+    /// answers are visible once their events are.
+    static func answer(_ answers: [ReplyRow], schema: String, on connection: PostgresConnection) throws(PostgresError) {
+        var start = 0
+        while start < answers.count {
+            let end = min(answers.count, start + 10_000)
+            var values: [String] = []
+            var parameters: [PostgresValue] = []
+            for answer in answers[start..<end] {
+                let base = parameters.count
+                values.append(
+                    "($\(base + 1)::text, $\(base + 2)::bigint, $\(base + 3)::bytea, $\(base + 4)::text, $\(base + 5)::text)"
+                )
+                parameters.append(.text(answer.stream))
+                parameters.append(.int(Int64(bitPattern: answer.reply)))
+                parameters.append(answer.payload.map { .bytes($0) } ?? .null)
+                parameters.append(answer.failure.map { .text($0.kind) } ?? .null)
+                parameters.append(answer.failure.map { .text($0.reason) } ?? .null)
+            }
+            try connection.execute(
+                """
+                WITH v (stream, reply, payload, kind, failure) AS (VALUES \(values.joined(separator: ","))),
+                a AS (
+                    UPDATE \(schema).replies r SET payload = v.payload, failure = v.failure, failure_kind = v.kind,
+                        answered_at = now()
+                    FROM v WHERE r.stream = v.stream AND r.reply = v.reply AND r.answered_at IS NULL
+                    RETURNING r.channel, r.reply, v.payload
+                )
+                SELECT pg_notify(a.channel, a.reply::text || CASE
+                    WHEN a.payload IS NOT NULL AND length(a.payload) <= \(notifiedAnswerBytes)
+                    THEN ' ' || encode(a.payload, 'hex') ELSE '' END) FROM a
+                """,
+                parameters
+            )
+            start = end
+        }
+    }
+
+    /// The answers `rows` record (see ``answer(_:schema:on:)``): an answer that did not encode is
+    /// written as a failure.
+    static func answers(of rows: [Row], answersOf: @Sendable ([UInt8]) -> [RecordedAnswer]) -> [ReplyRow] {
+        var answers: [ReplyRow] = []
+        for row in rows {
+            for answer in answersOf(row.payload) {
+                switch answer.payload {
+                case .success(let bytes):
+                    answers.append(ReplyRow(stream: row.stream, reply: answer.reply, payload: bytes))
+                case .failure(let error):
+                    answers.append(
+                        ReplyRow(
+                            stream: row.stream,
+                            reply: answer.reply,
+                            failure: ("failed", "the answer did not encode: \(error)")
+                        )
+                    )
+                }
+            }
+        }
+        return answers
     }
 
     /// Which of `streams` (by their names' bytes) are in shards whose lock `fencing.holder` does not hold.

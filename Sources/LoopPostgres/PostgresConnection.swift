@@ -212,6 +212,48 @@ package final class PostgresConnection {
         return any
     }
 
+    /// The channels this connection listens to: a connection made anew (after one broke) listens to none.
+    private var channels: Set<String> = []
+
+    /// Listens to `channel` (a plain identifier), unless this connection does already; whether it had
+    /// to start (notifications sent before then were missed).
+    package func listen(to channel: String) throws(PostgresError) -> Bool {
+        guard !channels.contains(channel) else { return false }
+        try execute("LISTEN \(channel)")
+        channels.insert(channel)
+        return true
+    }
+
+    /// Waits up to `milliseconds` for notifications on the channels this connection listens to, and
+    /// returns every one that arrived (none when the wait ran out), each with its channel and payload.
+    package func notifications(
+        waitingUpTo milliseconds: Int32
+    ) throws(PostgresError) -> [(
+        channel: String, payload: String
+    )] {
+        guard let connection else { throw PostgresError(.connection, message: "the connection is closed") }
+        var found = Self.collect(connection)
+        guard found.isEmpty else { return found }
+        var descriptor = pollfd(fd: PQsocket(connection), events: Int16(POLLIN), revents: 0)
+        guard descriptor.fd >= 0 else { throw PostgresError(.connection, message: Self.message(of: connection)) }
+        guard poll(&descriptor, 1, max(0, milliseconds)) > 0 else { return [] }
+        guard PQconsumeInput(connection) == 1 else {
+            throw PostgresError(.connection, message: Self.message(of: connection))
+        }
+        found = Self.collect(connection)
+        return found
+    }
+
+    private static func collect(_ connection: OpaquePointer) -> [(channel: String, payload: String)] {
+        var found: [(channel: String, payload: String)] = []
+        while let notification = PQnotifies(connection) {
+            let note = notification.pointee
+            found.append((note.relname.map { String(cString: $0) } ?? "", note.extra.map { String(cString: $0) } ?? ""))
+            PQfreemem(notification)
+        }
+        return found
+    }
+
     /// Calls `body` with C pointers to `buffers` (NULL where `nulls` says), valid for the call only. The
     /// buffers are laid end to end in one allocation, so a statement with 60,000 parameters needs no
     /// more than one.

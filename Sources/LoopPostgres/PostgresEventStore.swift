@@ -36,6 +36,8 @@ public final class PostgresEventStore: EventStore {
 
     /// The inbox row an event's payload consumed, for a cluster node's store; `nil` for a plain store.
     private let inboxOf: (@Sendable ([UInt8]) -> Int64?)?
+    /// The answers to keyed requests an event's payload records, for a cluster node's store.
+    private let answersOf: (@Sendable ([UInt8]) -> [RecordedAnswer])?
     private let writer: PostgresWorker
     private let reader: PostgresWorker
     private let schema: String
@@ -91,15 +93,19 @@ public final class PostgresEventStore: EventStore {
 
     /// A store whose appends also consume inbox rows: `inboxOf` reads, from an event's payload, the id of
     /// the inbox row it came from; the row is deleted in the transaction that appends the event, and
-    /// `events.inbox_id` is unique, so a row is consumed by exactly one committed event.
+    /// `events.inbox_id` is unique, so a row is consumed by exactly one committed event. `answersOf`
+    /// reads the answers to keyed requests an event records: the same transaction writes each to the
+    /// `replies` row its caller waits on, and notifies the caller's channel.
     package init(
         connecting conninfo: String,
         schema: String,
         inboxOf: (@Sendable ([UInt8]) -> Int64?)?,
+        answersOf: (@Sendable ([UInt8]) -> [RecordedAnswer])? = nil,
         applicationName: String? = nil,
         retention: Retention = .keepAll
     ) async throws {
         self.inboxOf = inboxOf
+        self.answersOf = answersOf
         self.retention = retention
         guard Self.isIdentifier(schema) else {
             throw EventStoreError(.invalid(reason: "schema name '\(schema)' is not a plain SQL identifier"))
@@ -349,10 +355,17 @@ public final class PostgresEventStore: EventStore {
         }
         let schema = self.schema
         batches.add(1, ordering: .relaxed)
-        let inboxOf = self.inboxOf
+        let (inboxOf, answersOf) = (self.inboxOf, self.answersOf)
         let fencing = self.fencing.withLock { $0 }
         let outcome = writer.runInline { connection throws(PostgresError) in
-            try PostgresBatch.commit(requests, schema: schema, inboxOf: inboxOf, fencing: fencing, on: connection)
+            try PostgresBatch.commit(
+                requests,
+                schema: schema,
+                inboxOf: inboxOf,
+                answersOf: answersOf,
+                fencing: fencing,
+                on: connection
+            )
         }
         switch outcome {
         case .success(let results):

@@ -112,6 +112,31 @@ enum PostgresSchema {
                 "ALTER TABLE \(schema).snapshots DROP CONSTRAINT snapshots_pkey",
                 "ALTER TABLE \(schema).snapshots ADD PRIMARY KEY (stream, version)",
             ],
+            // Requests across the cluster: an inbox row may carry a caller's key, the reply address and
+            // the event's digest (all three, or none: a one-way event); `replies` holds each request's
+            // answer where its caller reads it, written by the owner in the transaction that records it,
+            // and the channel the caller listens on, notified then.
+            [
+                """
+                ALTER TABLE \(schema).inbox ADD COLUMN key text, ADD COLUMN reply bigint, ADD COLUMN digest bigint,
+                ADD CONSTRAINT inbox_request CHECK ((key IS NULL) = (reply IS NULL) AND (key IS NULL) = (digest IS NULL))
+                """,
+                "ALTER TABLE \(schema).inbox_dead ADD COLUMN key text, ADD COLUMN reply bigint",
+                """
+                CREATE TABLE \(schema).replies (
+                    stream text NOT NULL,
+                    reply bigint NOT NULL,
+                    channel text NOT NULL,
+                    payload bytea,
+                    failure text,
+                    failure_kind text,
+                    asked_at timestamptz NOT NULL DEFAULT now(),
+                    answered_at timestamptz,
+                    PRIMARY KEY (stream, reply)
+                )
+                """,
+                "CREATE INDEX replies_by_age ON \(schema).replies ((coalesce(answered_at, asked_at)))",
+            ],
         ]
     }
 

@@ -1,4 +1,4 @@
-internal import LoopCore
+package import LoopCore
 package import LoopPersistence
 
 /// The entities of the cluster runs (the benchmark's `cluster-node` processes, and the tests that run
@@ -24,5 +24,36 @@ package enum ClusterTally {
     /// Event `index` of producer `producer`: its entity and its amount, the same in every process.
     package static func event(_ index: Int, producer: Int, entities: Int) -> (entity: Int, amount: Int) {
         ((index &* 7_919 &+ producer &* 104_729) % entities, index % 10 + 1)
+    }
+}
+
+/// Entities that add what they are asked to add and answer with their new total: the program of the
+/// cluster's request tests and benchmark (w14).
+package enum ClusterTotals {
+    /// An amount to add, and where to send the new total.
+    package enum Event: Codable, Sendable, Equatable {
+        case add(Int, replyTo: ReplyTo<Int>)
+    }
+
+    /// The answer to a request.
+    package enum Effect: Sendable {
+        case answer(Reply<Int>)
+    }
+
+    /// Starts at 0; adds each amount and answers with the total, recorded in ``BinaryCodec``'s form.
+    package static let program = DurableProgram<Int, Event, Effect>(
+        initial: 0,
+        update: Update { total, event in
+            switch event {
+            case .add(let amount, let replyTo):
+                total += amount
+                return [.answer(replyTo.reply(total))]
+            }
+        }
+    )
+    .replying { effect in
+        switch effect {
+        case .answer(let reply): reply
+        }
     }
 }

@@ -319,6 +319,31 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         )
     }
 
+    /// For code of this package that answers callers in another process (a cluster node): sends the
+    /// request `call` (its key, digest and reply address made by the caller) to the entity `id`, and
+    /// hands `waiter` what becomes of the reply address: the answer once recorded (a repeat of the key
+    /// gets the recorded one), or the error that ends the wait. `waiter` waits as long as the group
+    /// runs: a program that never answers keeps it until the group stops.
+    package func forward(_ call: DurableCall<Event>, to id: ID, waiter: any AnswerWaiter) {
+        guard let reply = call.reply else {
+            waiter.fail(.invalid("a forwarded call must be a request"))
+            return
+        }
+        let stream = streamOf(id)
+        let ticket = ticketNumbers.add(1, ordering: .relaxed).newValue
+        callers.requests.register(waiter, ticket: ticket, reply: reply, in: stream)
+        var call = call
+        call.ticket = ticket
+        if case .rejected(let rejection) = deliver(.call(call), to: id) {
+            callers.requests.remove(ticket: ticket, reply: reply, in: stream)
+            if rejection == .failed, case .storeFailed(let failure) = failure(of: id) {
+                waiter.fail(.storeFailed(failure.description))
+            } else {
+                waiter.fail(.rejected(rejection))
+            }
+        }
+    }
+
     /// The state of the entity `id` as of its last recorded event, recovering the entity if it is not
     /// live: returns once every event applied to it before the call is durable, with the state they made.
     /// An entity with no events has the program's initial state.

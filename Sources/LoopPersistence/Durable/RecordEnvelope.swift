@@ -329,3 +329,10 @@ func fingerprint<Bytes: Sequence<UInt8>>(_ bytes: Bytes, seed: UInt64 = 0xcbf2_9
 package func storedEvent(_ payload: [UInt8]) throws(CodecError) -> [UInt8]? {
     try RecordEnvelope.event(payload).event
 }
+
+/// The answers to keyed requests that a durable loop recorded with the event it stored as `payload`
+/// (none for a record without a note). For code of this package that passes answers on without a loop:
+/// a cluster's store, which writes them where a caller in another process reads them.
+package func storedAnswers(_ payload: [UInt8]) throws(CodecError) -> [RecordedAnswer] {
+    try RecordEnvelope.event(payload).note?.answers ?? []
+}

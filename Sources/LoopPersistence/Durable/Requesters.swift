@@ -90,7 +90,7 @@ package final class Requesters: Sendable {
     package func deliver(_ delivery: ReplyDelivery, in stream: String) {
         let waiters = take(delivery.reply) { $0.stream == stream }
         var answered = false
-        for waiting in waiters where waiting.waiter.settle(delivery.value) { answered = true }
+        for waiting in waiters where waiting.waiter.settle(delivery) { answered = true }
         if !answered { dropped.add(1, ordering: .relaxed) }
     }
 
@@ -188,6 +188,14 @@ package func keyedReply(stream: String, key: String, event: UInt64) -> UInt64 {
     fingerprint(key.utf8, seed: fingerprint(stream.utf8) ^ event ^ 0x9E37_79B9_7F4A_7C15) | (1 << 63)
 }
 
+/// The reply address and the event's digest of a keyed request to `stream` whose event, built around a
+/// placeholder address, encodes as `placeholder`: what a caller in another process sends with its event
+/// (see ``keyedReply(stream:key:event:)``).
+package func requestAddress(stream: String, key: String, placeholder: [UInt8]) -> (reply: UInt64, digest: UInt64) {
+    let digest = fingerprint(placeholder)
+    return (keyedReply(stream: stream, key: key, event: digest), digest)
+}
+
 /// What a caller's key may be.
 public enum KeyLimits {
     /// The longest key, in UTF-8 bytes: keys are recorded with their events and carried by snapshots.
@@ -202,11 +210,12 @@ public enum KeyLimits {
     }
 }
 
-/// A caller waiting for a reply, whatever its type.
+/// A caller waiting for a reply, whatever its type: a request's caller in this process, or code of this
+/// package that passes the answer on (a cluster node answering a caller in another process).
 @usableFromInline
-protocol AnswerWaiter: AnyObject, Sendable {
-    /// Hands over `value`; `false` if the caller has its outcome already.
-    func settle(_ value: Result<any Sendable, CodecError>) -> Bool
+package protocol AnswerWaiter: AnyObject, Sendable {
+    /// Hands over `delivery`; `false` if the caller has its outcome already.
+    func settle(_ delivery: ReplyDelivery) -> Bool
     /// Ends the wait with `error`.
     func fail(_ error: RequestError)
 }
@@ -220,8 +229,8 @@ final class TypedAnswerWaiter<Value: Sendable>: AnswerWaiter {
     init() {}
 
     @usableFromInline
-    func settle(_ value: Result<any Sendable, CodecError>) -> Bool {
-        switch value {
+    func settle(_ delivery: ReplyDelivery) -> Bool {
+        switch delivery.value {
         case .success(let value as Value):
             return waiter.settle(.success(value))
         case .success(let value):
