@@ -435,9 +435,9 @@ public final class ClusterClient<Event: Sendable>: Sendable {
                 }
             }
             var answers: [ReplyRow] = []
-            for note in try connection.notifications(waitingUpTo: read.isEmpty ? milliseconds : 0)
-            where note.channel == channel {
-                let parts = note.payload.split(separator: " ", maxSplits: 1)
+            let notified = try connection.notifications(waitingUpTo: read.isEmpty ? milliseconds : 0)
+            for item in notified.lazy.filter({ $0.channel == channel }).flatMap({ $0.payload.split(separator: ";") }) {
+                let parts = item.split(separator: " ", maxSplits: 1)
                 guard let first = parts.first, let address = Int64(first) else { continue }
                 let reply = UInt64(bitPattern: address)
                 if parts.count == 2, let bytes = Self.bytes(hex: parts[1]) {

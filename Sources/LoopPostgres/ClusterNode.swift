@@ -556,18 +556,29 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             _ = try await control.run { connection throws(PostgresError) in try connection.execute("LISTEN \(channel)")
             }
             // A cancelled task stops the node: it leaves, and its entities are cancelled below.
+            // A heartbeat (membership, shards, the inbox) every `heartbeat`; in between, a notification
+            // of new rows wakes the node to read the inbox alone.
+            var beat = ContinuousClock.now
+            var first = true
             while !ledger.withLock({ $0.stopping }) && !Task.isCancelled {
                 lease.turned()
-                let rows = try await tick()
-                lease.start(session: holder)
+                let rows: [InboxRow]
+                if first || ContinuousClock.now - beat >= configuration.heartbeat {
+                    beat = .now
+                    first = false
+                    rows = try await tick()
+                    lease.start(session: holder)
+                } else {
+                    rows = try await read()
+                }
                 dispatch(rows)
                 if let ended = failures(report: report) {
                     failure = ended
                     break
                 }
+                let left = max(.milliseconds(1), configuration.heartbeat - (ContinuousClock.now - beat))
                 let wait = Int32(
-                    clamping: configuration.heartbeat.components.seconds * 1_000
-                        + configuration.heartbeat.components.attoseconds / 1_000_000_000_000_000
+                    clamping: left.components.seconds * 1_000 + left.components.attoseconds / 1_000_000_000_000_000
                 )
                 // Woken early by a notification; rows that came meanwhile are read at the next tick.
                 if rows.count < configuration.batch {
@@ -867,70 +878,20 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                     wake.append((try found.text(index, 0), Int(try found.int(index, 1))))
                 }
             }
-            let mine = view.owned
-            var rows: [InboxRow] = []
-            if !mine.isEmpty {
-                let list = mine.sorted().map(String.init).joined(separator: ",")
-                // The rows of entities stopped by data they cannot read wait for a node that can (after a
-                // fix, a restart): read, they would fill every batch and starve the others.
-                var parameters: [PostgresValue] = [.int(Int64(batch))]
-                for stream in failed.sorted() { parameters.append(.text(stream)) }
-                let skip =
-                    failed.isEmpty
-                    ? "" : " AND stream NOT IN (\((2...(failed.count + 1)).map { "$\($0)" }.joined(separator: ",")))"
-                let found = try connection.execute(
-                    """
-                    SELECT id, stream, shard::bigint, payload, key, reply, digest FROM \(schema).inbox
-                    WHERE shard IN (\(list))\(skip) ORDER BY id LIMIT $1
-                    """,
-                    parameters
-                )
-                for index in found.rows.indices {
-                    var request: InboxRow.Request?
-                    if found.rows[index][4] != nil {
-                        request = InboxRow.Request(
-                            key: try found.text(index, 4),
-                            reply: UInt64(bitPattern: try found.int(index, 5)),
-                            digest: UInt64(bitPattern: try found.int(index, 6))
-                        )
-                    }
-                    rows.append(
-                        InboxRow(
-                            id: try found.int(index, 0),
-                            stream: try found.text(index, 1),
-                            shard: Int(try found.int(index, 2)),
-                            payload: try found.bytes(index, 3),
-                            request: request
-                        )
-                    )
-                }
-            }
-            // Marked before they are sent their events: an entity with work under way is always marked
-            // (a crash between the two leaves a mark too many, never one too few).
-            var marked: [(String, Int)] = []
-            var seen: Set<String> = []
-            for row in rows where !known.contains(row.stream) && seen.insert(row.stream).inserted {
-                marked.append((row.stream, row.shard))
-            }
-            for start in stride(from: 0, to: marked.count, by: 1_000) {
-                let chunk = marked[start..<min(start + 1_000, marked.count)]
-                var parameters: [PostgresValue] = []
-                var values: [String] = []
-                for (stream, shard) in chunk {
-                    values.append("($\(parameters.count + 1), $\(parameters.count + 2)::integer)")
-                    parameters += [.text(stream), .int(Int64(shard))]
-                }
-                try connection.execute(
-                    "INSERT INTO \(schema).awake (stream, shard) VALUES \(values.joined(separator: ",")) ON CONFLICT DO NOTHING",
-                    parameters
-                )
-            }
+            let (rows, marked) = try Self.take(
+                from: view.owned,
+                skipping: failed,
+                known: known,
+                batch: batch,
+                schema: schema,
+                on: connection
+            )
             if sweep {
                 try connection.execute(
                     """
                     DELETE FROM \(schema).replies WHERE ctid IN (
                         SELECT ctid FROM \(schema).replies
-                        WHERE coalesce(answered_at, asked_at) < now() - make_interval(secs => $1::bigint / 1000.0)
+                        WHERE asked_at < now() - make_interval(secs => $1::bigint / 1000.0)
                         LIMIT 10000)
                     """,
                     [.int(kept)]
@@ -960,6 +921,95 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         }
         for (entity, _) in outcome.wake { group.wake(entity) }
         return outcome.rows
+    }
+
+    /// Between heartbeats, woken by a notification: reads the inbox rows of the shards the node owns
+    /// and marks their entities, as a heartbeat does, without the heartbeat's membership work.
+    private func read() async throws -> [InboxRow] {
+        let (schema, batch) = (configuration.schema, configuration.batch)
+        let (owned, known, failed) = ledger.withLock { ledger in
+            (ledger.ownership.owned, Set(ledger.awake.keys), Set(ledger.failed.filter(\.value.failing).keys))
+        }
+        guard !owned.isEmpty else { return [] }
+        let (rows, marked) = try await control.run { connection throws(PostgresError) in
+            try Self.take(from: owned, skipping: failed, known: known, batch: batch, schema: schema, on: connection)
+        }
+        if !marked.isEmpty {
+            ledger.withLock { ledger in
+                for (entity, shard) in marked { ledger.awake[entity] = shard }
+            }
+        }
+        return rows
+    }
+
+    /// Reads the inbox rows of the shards `owned` in id order (at most `batch`, none of the `failed`
+    /// streams), and marks in `awake` the streams among them not `known` to be marked: before they are
+    /// sent their events, so an entity with work under way is always marked (a crash between the two
+    /// leaves a mark too many, never one too few). Returns the rows and the streams it marked.
+    static func take(
+        from owned: Set<Int>,
+        skipping failed: Set<String>,
+        known: Set<String>,
+        batch: Int,
+        schema: String,
+        on connection: PostgresConnection
+    ) throws(PostgresError) -> (rows: [InboxRow], marked: [(String, Int)]) {
+        var rows: [InboxRow] = []
+        if !owned.isEmpty {
+            let list = owned.sorted().map(String.init).joined(separator: ",")
+            // The rows of entities stopped by data they cannot read wait for a node that can (after a
+            // fix, a restart): read, they would fill every batch and starve the others.
+            var parameters: [PostgresValue] = [.int(Int64(batch))]
+            for stream in failed.sorted() { parameters.append(.text(stream)) }
+            let skip =
+                failed.isEmpty
+                ? "" : " AND stream NOT IN (\((2...(failed.count + 1)).map { "$\($0)" }.joined(separator: ",")))"
+            let found = try connection.execute(
+                """
+                SELECT id, stream, shard::bigint, payload, key, reply, digest FROM \(schema).inbox
+                WHERE shard IN (\(list))\(skip) ORDER BY id LIMIT $1
+                """,
+                parameters
+            )
+            for index in found.rows.indices {
+                var request: InboxRow.Request?
+                if found.rows[index][4] != nil {
+                    request = InboxRow.Request(
+                        key: try found.text(index, 4),
+                        reply: UInt64(bitPattern: try found.int(index, 5)),
+                        digest: UInt64(bitPattern: try found.int(index, 6))
+                    )
+                }
+                rows.append(
+                    InboxRow(
+                        id: try found.int(index, 0),
+                        stream: try found.text(index, 1),
+                        shard: Int(try found.int(index, 2)),
+                        payload: try found.bytes(index, 3),
+                        request: request
+                    )
+                )
+            }
+        }
+        var marked: [(String, Int)] = []
+        var seen: Set<String> = []
+        for row in rows where !known.contains(row.stream) && seen.insert(row.stream).inserted {
+            marked.append((row.stream, row.shard))
+        }
+        for start in stride(from: 0, to: marked.count, by: 1_000) {
+            let chunk = marked[start..<min(start + 1_000, marked.count)]
+            var parameters: [PostgresValue] = []
+            var values: [String] = []
+            for (stream, shard) in chunk {
+                values.append("($\(parameters.count + 1), $\(parameters.count + 2)::integer)")
+                parameters += [.text(stream), .int(Int64(shard))]
+            }
+            try connection.execute(
+                "INSERT INTO \(schema).awake (stream, shard) VALUES \(values.joined(separator: ",")) ON CONFLICT DO NOTHING",
+                parameters
+            )
+        }
+        return (rows, marked)
     }
 
     /// The application name of a node's store writer, so a node taking a shard never ends its own.

@@ -185,13 +185,17 @@ enum PostgresBatch {
         }
     }
 
-    /// The longest answer a notification carries itself (hex-encoded, under PostgreSQL's 8,000-byte limit
-    /// for a payload); the caller reads a longer one from its row.
-    static let notifiedAnswerBytes = 3_000
+    /// The longest answer a notification carries itself (hex-encoded); the caller reads a longer one
+    /// from its row.
+    static let notifiedAnswerBytes = 1_000
+    /// The answers to one channel are notified together, `;`-separated, in payloads of about this many
+    /// characters: with an answer's at most 2,021, under PostgreSQL's limit of 8,000.
+    static let notificationChunk = 5_000
 
     /// Writes `answers` to the `replies` rows their callers wait on, if they have one still unanswered,
-    /// and notifies each caller's channel with the reply address and, for an answer of at most
-    /// ``notifiedAnswerBytes``, its bytes in hex. In the caller's transaction, if it is in one: the
+    /// and notifies each caller's channel with the reply addresses and, for an answer of at most
+    /// ``notifiedAnswerBytes``, its bytes in hex (`reply hex;reply;...`: one notification for many
+    /// answers). In the caller's transaction, if it is in one: the
     /// answers are visible once their events are.
     static func answer(_ answers: [ReplyRow], schema: String, on connection: PostgresConnection) throws(PostgresError) {
         var start = 0
@@ -219,9 +223,17 @@ enum PostgresBatch {
                     FROM v WHERE r.stream = v.stream AND r.reply = v.reply AND r.answered_at IS NULL
                     RETURNING r.channel, r.reply, v.payload
                 )
-                SELECT pg_notify(a.channel, a.reply::text || CASE
-                    WHEN a.payload IS NOT NULL AND length(a.payload) <= \(notifiedAnswerBytes)
-                    THEN ' ' || encode(a.payload, 'hex') ELSE '' END) FROM a
+                SELECT pg_notify(channel, string_agg(item, ';')) FROM (
+                    SELECT channel, item,
+                        sum(length(item) + 1) OVER (PARTITION BY channel ORDER BY reply ROWS UNBOUNDED PRECEDING)
+                            / \(notificationChunk) AS chunk
+                    FROM (
+                        SELECT a.channel, a.reply, a.reply::text || CASE
+                            WHEN a.payload IS NOT NULL AND length(a.payload) <= \(notifiedAnswerBytes)
+                            THEN ' ' || encode(a.payload, 'hex') ELSE '' END AS item
+                        FROM a
+                    ) items
+                ) chunks GROUP BY channel, chunk
                 """,
                 parameters
             )

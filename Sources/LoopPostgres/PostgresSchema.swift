@@ -133,9 +133,9 @@ enum PostgresSchema {
                     asked_at timestamptz NOT NULL DEFAULT now(),
                     answered_at timestamptz,
                     PRIMARY KEY (stream, reply)
-                )
+                ) WITH (fillfactor = 70)
                 """,
-                "CREATE INDEX replies_by_age ON \(schema).replies ((coalesce(answered_at, asked_at)))",
+                "CREATE INDEX replies_by_age ON \(schema).replies (asked_at)",
             ],
         ]
     }
