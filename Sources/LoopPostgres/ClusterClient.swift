@@ -102,8 +102,22 @@ public final class ClusterClient<Event: Sendable>: Sendable {
         self.events = events
         self.pollInterval = pollInterval
         channel = "\(schema)_reply_" + String(UInt64.random(in: 1...UInt64.max), radix: 16)
-        writer = PostgresWorker(conninfo, label: "effectloop.client.writer", applicationName: "effectloop client")
-        listener = PostgresWorker(conninfo, label: "effectloop.client.listener", applicationName: "effectloop client")
+        // A request's rows need not wait for the server's log to reach the disk: one a crash of the
+        // database loses was never answered, so its caller times out and repeats the key, as it would
+        // have if the request had been lost on the way. The answer is durable: the owner's append
+        // waits for the disk.
+        writer = PostgresWorker(
+            conninfo,
+            label: "effectloop.client.writer",
+            applicationName: "effectloop client",
+            setup: [keyedLookupsOnly, "SET synchronous_commit = off"]
+        )
+        listener = PostgresWorker(
+            conninfo,
+            label: "effectloop.client.listener",
+            applicationName: "effectloop client",
+            setup: [keyedLookupsOnly]
+        )
         do {
             if installing {
                 try await writer.run { [schema] connection throws(PostgresError) in
@@ -309,21 +323,12 @@ public final class ClusterClient<Event: Sendable>: Sendable {
         channel: String
     ) -> Result<[ReplyRow], PostgresError> {
         writer.runInline { connection throws(PostgresError) -> [ReplyRow] in
-            var values: [String] = []
-            var parameters: [PostgresValue] = [.text(channel)]
-            for request in requests {
-                let base = parameters.count
-                values.append(
-                    "($\(base + 1)::text, $\(base + 2)::bigint, $\(base + 3)::bigint, $\(base + 4)::text, $\(base + 5)::bytea, \(values.count))"
-                )
-                parameters += [
-                    .text(request.stream), .int(Int64(bitPattern: request.reply)),
-                    .int(Int64(bitPattern: request.digest)), .text(request.key), .bytes(request.payload),
-                ]
-            }
             let rows = try connection.execute(
                 """
-                WITH v (stream, reply, digest, key, payload, position) AS (VALUES \(values.joined(separator: ","))),
+                WITH v AS (
+                    SELECT * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bytea[])
+                    WITH ORDINALITY AS v (stream, reply, digest, key, payload, position)
+                ),
                 r AS (
                     INSERT INTO \(schema).replies (stream, reply, channel) SELECT stream, reply, $1 FROM v
                     ON CONFLICT (stream, reply) DO UPDATE SET channel = excluded.channel
@@ -337,7 +342,13 @@ public final class ClusterClient<Event: Sendable>: Sendable {
                 )
                 SELECT stream, reply, payload, failure_kind, failure FROM r WHERE answered
                 """,
-                parameters
+                [
+                    .text(channel), .texts(requests.map(\.stream)),
+                    .ints(requests.map { Int64(bitPattern: $0.reply) }),
+                    .ints(requests.map { Int64(bitPattern: $0.digest) }), .texts(requests.map(\.key)),
+                    .blobs(requests.map(\.payload)),
+                ],
+                prepared: true
             )
             return try Self.replyRows(rows)
         }
@@ -468,28 +479,16 @@ public final class ClusterClient<Event: Sendable>: Sendable {
         schema: String,
         on connection: PostgresConnection
     ) throws(PostgresError) -> [ReplyRow] {
-        var found: [ReplyRow] = []
-        var start = 0
-        while start < requests.count {
-            let end = min(requests.count, start + 10_000)
-            var values: [String] = []
-            var parameters: [PostgresValue] = []
-            for (stream, reply) in requests[start..<end] {
-                values.append("($\(parameters.count + 1)::text, $\(parameters.count + 2)::bigint)")
-                parameters += [.text(stream), .int(Int64(bitPattern: reply))]
-            }
-            let rows = try connection.execute(
-                """
-                SELECT r.stream, r.reply, r.payload, r.failure_kind, r.failure FROM \(schema).replies r
-                JOIN (VALUES \(values.joined(separator: ","))) AS v (stream, reply) ON r.stream = v.stream AND r.reply = v.reply
-                WHERE r.answered_at IS NOT NULL
-                """,
-                parameters
-            )
-            found += try replyRows(rows)
-            start = end
-        }
-        return found
+        let rows = try connection.execute(
+            """
+            SELECT r.stream, r.reply, r.payload, r.failure_kind, r.failure FROM \(schema).replies r
+            JOIN unnest($1::text[], $2::bigint[]) AS v (stream, reply) ON r.stream = v.stream AND r.reply = v.reply
+            WHERE r.answered_at IS NOT NULL AND r.reply = ANY($2::bigint[])
+            """,
+            [.texts(requests.map(\.0)), .ints(requests.map { Int64(bitPattern: $0.1) })],
+            prepared: true
+        )
+        return try replyRows(rows)
     }
 
     /// The bytes `hex` spells, or `nil` if it is not hex.

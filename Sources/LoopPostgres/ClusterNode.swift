@@ -956,20 +956,15 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     ) throws(PostgresError) -> (rows: [InboxRow], marked: [(String, Int)]) {
         var rows: [InboxRow] = []
         if !owned.isEmpty {
-            let list = owned.sorted().map(String.init).joined(separator: ",")
             // The rows of entities stopped by data they cannot read wait for a node that can (after a
             // fix, a restart): read, they would fill every batch and starve the others.
-            var parameters: [PostgresValue] = [.int(Int64(batch))]
-            for stream in failed.sorted() { parameters.append(.text(stream)) }
-            let skip =
-                failed.isEmpty
-                ? "" : " AND stream NOT IN (\((2...(failed.count + 1)).map { "$\($0)" }.joined(separator: ",")))"
             let found = try connection.execute(
                 """
                 SELECT id, stream, shard::bigint, payload, key, reply, digest FROM \(schema).inbox
-                WHERE shard IN (\(list))\(skip) ORDER BY id LIMIT $1
+                WHERE shard = ANY($1::integer[]) AND stream <> ALL($2::text[]) ORDER BY id LIMIT $3
                 """,
-                parameters
+                [.ints(owned.sorted().map(Int64.init)), .texts(failed.sorted()), .int(Int64(batch))],
+                prepared: true
             )
             for index in found.rows.indices {
                 var request: InboxRow.Request?

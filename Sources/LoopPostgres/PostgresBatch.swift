@@ -103,17 +103,14 @@ enum PostgresBatch {
             attempt += 1
             do throws(PostgresError) {
                 try connection.execute("BEGIN")
-                let current = try versions(of: appends.map(\.stream), schema: schema, on: connection)
                 // An append carrying an inbox row another writer already consumed repeats a transition
                 // someone else made: it conflicts, as a stale version does.
-                let consumed =
-                    try inboxOf.map { inboxOf throws(PostgresError) in
-                        try alreadyConsumed(
-                            appends.flatMap { $0.payloads.compactMap(inboxOf) },
-                            schema: schema,
-                            on: connection
-                        )
-                    } ?? []
+                let (current, consumed) = try versions(
+                    of: appends.map(\.stream),
+                    consuming: inboxOf.map { inboxOf in appends.flatMap { $0.payloads.compactMap(inboxOf) } } ?? [],
+                    schema: schema,
+                    on: connection
+                )
                 let fenced =
                     try fencing.map { fencing throws(PostgresError) in
                         try unowned(appends.map(\.stream), fencing: fencing, schema: schema, on: connection)
@@ -157,24 +154,21 @@ enum PostgresBatch {
                     }
                     results = merged
                 }
-                var start = 0
-                while start < rows.count {
-                    let end = min(rows.count, start + PostgresEventStore.rowsPerStatement)
-                    try insert(rows[start..<end], schema: schema, on: connection)
-                    start = end
-                }
-                let taken = rows.compactMap(\.inbox)
-                var first = 0
-                while first < taken.count {
-                    let end = min(taken.count, first + 30_000)
-                    let slice = taken[first..<end]
-                    let list = slice.indices.map { "$\($0 - first + 1)" }.joined(separator: ",")
-                    try connection.execute("DELETE FROM \(schema).inbox WHERE id IN (\(list))", slice.map { .int($0) })
-                    first = end
-                }
-                if let answersOf {
-                    let answers = answers(of: rows, answersOf: answersOf)
-                    if !answers.isEmpty { try answer(answers, schema: schema, on: connection) }
+                if inboxOf == nil && answersOf == nil {
+                    if !rows.isEmpty { try insert(rows[...], schema: schema, on: connection) }
+                } else if !rows.isEmpty {
+                    // A cluster's: the events, the inbox rows they consumed and the answers they record,
+                    // in one statement.
+                    let recorded = answersOf.map { Self.answers(of: rows, answersOf: $0) } ?? []
+                    try connection.execute(
+                        """
+                        WITH appended AS (\(insertion(schema, from: 1))),
+                        consumed AS (DELETE FROM \(schema).inbox WHERE id = ANY($5::bigint[])),
+                        \(answering(schema, from: 6))
+                        """,
+                        eventParameters(rows[...]) + [.ints(rows.compactMap(\.inbox))] + answerParameters(recorded),
+                        prepared: true
+                    )
                 }
                 try connection.execute("COMMIT")
                 return results
@@ -198,47 +192,51 @@ enum PostgresBatch {
     /// answers). In the caller's transaction, if it is in one: the
     /// answers are visible once their events are.
     static func answer(_ answers: [ReplyRow], schema: String, on connection: PostgresConnection) throws(PostgresError) {
-        var start = 0
-        while start < answers.count {
-            let end = min(answers.count, start + 10_000)
-            var values: [String] = []
-            var parameters: [PostgresValue] = []
-            for answer in answers[start..<end] {
-                let base = parameters.count
-                values.append(
-                    "($\(base + 1)::text, $\(base + 2)::bigint, $\(base + 3)::bytea, $\(base + 4)::text, $\(base + 5)::text)"
-                )
-                parameters.append(.text(answer.stream))
-                parameters.append(.int(Int64(bitPattern: answer.reply)))
-                parameters.append(answer.payload.map { .bytes($0) } ?? .null)
-                parameters.append(answer.failure.map { .text($0.kind) } ?? .null)
-                parameters.append(answer.failure.map { .text($0.reason) } ?? .null)
-            }
-            try connection.execute(
-                """
-                WITH v (stream, reply, payload, kind, failure) AS (VALUES \(values.joined(separator: ","))),
-                a AS (
-                    UPDATE \(schema).replies r SET payload = v.payload, failure = v.failure, failure_kind = v.kind,
-                        answered_at = now()
-                    FROM v WHERE r.stream = v.stream AND r.reply = v.reply AND r.answered_at IS NULL
-                    RETURNING r.channel, r.reply, v.payload
-                )
-                SELECT pg_notify(channel, string_agg(item, ';')) FROM (
-                    SELECT channel, item,
-                        sum(length(item) + 1) OVER (PARTITION BY channel ORDER BY reply ROWS UNBOUNDED PRECEDING)
-                            / \(notificationChunk) AS chunk
-                    FROM (
-                        SELECT a.channel, a.reply, a.reply::text || CASE
-                            WHEN a.payload IS NOT NULL AND length(a.payload) <= \(notifiedAnswerBytes)
-                            THEN ' ' || encode(a.payload, 'hex') ELSE '' END AS item
-                        FROM a
-                    ) items
-                ) chunks GROUP BY channel, chunk
-                """,
-                parameters
+        guard !answers.isEmpty else { return }
+        try connection.execute("WITH " + answering(schema, from: 1), answerParameters(answers), prepared: true)
+    }
+
+    /// The common table expressions and the final `SELECT` of a statement writing answers (see
+    /// ``answer(_:schema:on:)``), their parameters numbered from `first` (five, as
+    /// ``answerParameters(_:)`` gives them).
+    static func answering(_ schema: String, from first: Int) -> String {
+        let (streams, replies, payloads, kinds, failures) = (first, first + 1, first + 2, first + 3, first + 4)
+        return """
+            v AS (
+                SELECT * FROM unnest($\(streams)::text[], $\(replies)::bigint[], $\(payloads)::bytea[],
+                    $\(kinds)::text[], $\(failures)::text[])
+                AS v (stream, reply, payload, kind, failure)
+            ),
+            a AS (
+                UPDATE \(schema).replies r SET payload = v.payload,
+                    failure = CASE WHEN v.kind = '' THEN NULL ELSE v.failure END, failure_kind = nullif(v.kind, ''),
+                    answered_at = now()
+                FROM v WHERE r.stream = v.stream AND r.reply = v.reply AND r.answered_at IS NULL
+                    -- Also as an array, so the rows are found by the primary key whatever the plan's estimates.
+                    AND r.reply = ANY($\(replies)::bigint[])
+                RETURNING r.channel, r.reply, v.payload
             )
-            start = end
-        }
+            SELECT pg_notify(channel, string_agg(item, ';')) FROM (
+                SELECT channel, item,
+                    sum(length(item) + 1) OVER (PARTITION BY channel ORDER BY reply ROWS UNBOUNDED PRECEDING)
+                        / \(notificationChunk) AS chunk
+                FROM (
+                    SELECT a.channel, a.reply, a.reply::text || CASE
+                        WHEN a.payload IS NOT NULL AND length(a.payload) <= \(notifiedAnswerBytes)
+                        THEN ' ' || encode(a.payload, 'hex') ELSE '' END AS item
+                    FROM a
+                ) items
+            ) chunks GROUP BY channel, chunk
+            """
+    }
+
+    /// The parameters of `answers` for ``answering(_:from:)``.
+    static func answerParameters(_ answers: [ReplyRow]) -> [PostgresValue] {
+        [
+            .texts(answers.map(\.stream)), .ints(answers.map { Int64(bitPattern: $0.reply) }),
+            .blobs(answers.map(\.payload)), .texts(answers.map { $0.failure?.kind ?? "" }),
+            .texts(answers.map { $0.failure?.reason ?? "" }),
+        ]
     }
 
     /// The answers `rows` record (see ``answer(_:schema:on:)``): an answer that did not encode is
@@ -276,109 +274,88 @@ enum PostgresBatch {
         var unique: [String] = []
         var seen: Set<[UInt8]> = []
         for stream in streams where seen.insert(Array(stream.utf8)).inserted { unique.append(stream) }
+        let parameters: [PostgresValue] = [.int(Int64(fencing.shards)), .text(schema), .texts(unique)]
+        let named =
+            "WITH s AS (SELECT v.stream, \(schema).shard_of(v.stream, $1::integer) AS shard "
+            + "FROM unnest($3::text[]) AS v (stream))"
+        try connection.execute(
+            named + " SELECT pg_advisory_xact_lock_shared(hashtext($2 || '.fence'), shard) "
+                + "FROM (SELECT DISTINCT shard FROM s ORDER BY shard) d",
+            parameters,
+            prepared: true
+        )
+        let rows = try connection.execute(
+            named + """
+                 SELECT s.stream FROM s WHERE NOT EXISTS (
+                    SELECT 1 FROM pg_locks l
+                    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.pid = $4::integer
+                      AND l.classid::bigint = (hashtext($2)::bigint + 4294967296) % 4294967296
+                      AND l.objid::bigint = s.shard)
+                """,
+            parameters + [.int(Int64(fencing.holder))],
+            prepared: true
+        )
         var unowned: Set<[UInt8]> = []
-        var start = 0
-        while start < unique.count {
-            let end = min(unique.count, start + 30_000)
-            let slice = unique[start..<end]
-            let values = slice.indices.map { "($\($0 - start + 3)::text)" }.joined(separator: ",")
-            let named =
-                "WITH s AS (SELECT v.stream, \(schema).shard_of(v.stream, $1::integer) AS shard "
-                + "FROM (VALUES \(values)) AS v(stream))"
-            let parameters: [PostgresValue] = [.int(Int64(fencing.shards)), .text(schema)] + slice.map { .text($0) }
-            try connection.execute(
-                named + " SELECT pg_advisory_xact_lock_shared(hashtext($2 || '.fence'), shard) "
-                    + "FROM (SELECT DISTINCT shard FROM s ORDER BY shard) d",
-                parameters
-            )
-            let rows = try connection.execute(
-                named + """
-                     SELECT s.stream FROM s WHERE NOT EXISTS (
-                        SELECT 1 FROM pg_locks l
-                        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.pid = $\(slice.count + 3)
-                          AND l.classid::bigint = (hashtext($2)::bigint + 4294967296) % 4294967296
-                          AND l.objid::bigint = s.shard)
-                    """,
-                parameters + [.int(Int64(fencing.holder))]
-            )
-            for row in rows.rows.indices { unowned.insert(Array(try rows.text(row, 0).utf8)) }
-            start = end
-        }
+        for row in rows.rows.indices { unowned.insert(Array(try rows.text(row, 0).utf8)) }
         return unowned
     }
 
-    /// Which of the inbox rows `ids` an event already consumed.
-    static func alreadyConsumed(
-        _ ids: [Int64],
-        schema: String,
-        on connection: PostgresConnection
-    ) throws(PostgresError) -> Set<Int64> {
-        var consumed: Set<Int64> = []
-        var start = 0
-        while start < ids.count {
-            let end = min(ids.count, start + 30_000)
-            let list = (start..<end).map { "$\($0 - start + 1)" }.joined(separator: ",")
-            let rows = try connection.execute(
-                "SELECT inbox_id FROM \(schema).events WHERE inbox_id IN (\(list))",
-                ids[start..<end].map { .int($0) }
-            )
-            for row in rows.rows.indices { consumed.insert(try rows.int(row, 0)) }
-            start = end
-        }
-        return consumed
-    }
-
-    /// The current version of each of `streams` (0 for one with no events).
+    /// The current version of each of `streams` (0 for one with no events), and which of the inbox
+    /// rows `inboxes` an event already consumed: one statement.
     static func versions(
         of streams: [String],
+        consuming inboxes: [Int64] = [],
         schema: String,
         on connection: PostgresConnection
-    ) throws(PostgresError) -> [[UInt8]: UInt64] {
+    ) throws(PostgresError) -> (versions: [[UInt8]: UInt64], consumed: Set<Int64>) {
         var unique: [String] = []
         var seen: Set<[UInt8]> = []
         for stream in streams where seen.insert(Array(stream.utf8)).inserted { unique.append(stream) }
         var versions: [[UInt8]: UInt64] = [:]
-        var start = 0
-        while start < unique.count {
-            let end = min(unique.count, start + 30_000)
-            let slice = unique[start..<end]
-            let values = slice.indices.map { "($\($0 - start + 1)::text)" }.joined(separator: ",")
-            let rows = try connection.execute(
-                """
-                SELECT v.stream, coalesce((SELECT max(e.version) FROM \(schema).events e WHERE e.stream = v.stream), 0)::bigint
-                FROM (VALUES \(values)) AS v(stream)
-                """,
-                slice.map { .text($0) }
-            )
-            for row in rows.rows.indices {
+        var consumed: Set<Int64> = []
+        guard !unique.isEmpty || !inboxes.isEmpty else { return (versions, consumed) }
+        let rows = try connection.execute(
+            """
+            SELECT v.stream, coalesce((SELECT max(e.version) FROM \(schema).events e WHERE e.stream = v.stream), 0)::bigint
+            FROM unnest($1::text[]) AS v (stream)
+            UNION ALL
+            SELECT NULL, inbox_id FROM \(schema).events WHERE inbox_id = ANY($2::bigint[])
+            """,
+            [.texts(unique), .ints(inboxes)],
+            prepared: true
+        )
+        for row in rows.rows.indices {
+            if rows.rows[row][0] == nil {
+                consumed.insert(try rows.int(row, 1))
+            } else {
                 versions[Array(try rows.text(row, 0).utf8)] = try rows.version(row, 1)
             }
-            start = end
         }
-        return versions
+        return (versions, consumed)
     }
 
     /// Inserts `rows` with one statement.
     static func insert(_ rows: ArraySlice<Row>, schema: String, on connection: PostgresConnection) throws(PostgresError)
     {
-        var values: [String] = []
-        values.reserveCapacity(rows.count)
-        var parameters: [PostgresValue] = []
-        let inboxes = rows.contains { $0.inbox != nil }
-        let width = inboxes ? 4 : 3
-        parameters.reserveCapacity(rows.count * width)
-        for (index, row) in rows.enumerated() {
-            let first = width * index
-            values.append("(" + (1...width).map { "$\(first + $0)" }.joined(separator: ", ") + ")")
-            parameters.append(.text(row.stream))
-            parameters.append(.int(Int64(clamping: row.version)))
-            parameters.append(.bytes(row.payload))
-            if inboxes { parameters.append(row.inbox.map { .int($0) } ?? .null) }
-        }
-        let columns = inboxes ? "stream, version, payload, inbox_id" : "stream, version, payload"
-        try connection.execute(
-            "INSERT INTO \(schema).events (\(columns)) VALUES " + values.joined(separator: ","),
-            parameters
-        )
+        try connection.execute(insertion(schema, from: 1), eventParameters(rows), prepared: true)
+    }
+
+    /// The `INSERT` of events, its parameters numbered from `first` (four, as ``eventParameters(_:)``
+    /// gives them).
+    static func insertion(_ schema: String, from first: Int) -> String {
+        """
+        INSERT INTO \(schema).events (stream, version, payload, inbox_id)
+        SELECT stream, version, payload, nullif(inbox, -1)
+        FROM unnest($\(first)::text[], $\(first + 1)::bigint[], $\(first + 2)::bytea[], $\(first + 3)::bigint[])
+            AS r (stream, version, payload, inbox)
+        """
+    }
+
+    /// The parameters of `rows` for ``insertion(_:from:)``.
+    static func eventParameters(_ rows: ArraySlice<Row>) -> [PostgresValue] {
+        [
+            .texts(rows.map(\.stream)), .ints(rows.map { Int64(clamping: $0.version) }), .blobs(rows.map(\.payload)),
+            .ints(rows.map { $0.inbox ?? -1 }),
+        ]
     }
 }

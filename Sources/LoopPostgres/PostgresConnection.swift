@@ -16,6 +16,57 @@ package enum PostgresValue: Sendable, Hashable {
     case bytes([UInt8])
     /// SQL `NULL`.
     case null
+    /// `text[]`: one parameter for many values, so a statement's text (and its plan) does not change
+    /// with how many there are.
+    case texts([String])
+    /// `bigint[]`.
+    case ints([Int64])
+    /// `bytea[]`, with SQL `NULL` for `nil`.
+    case blobs([[UInt8]?])
+
+    /// The type's object id and the value in PostgreSQL's binary format (`nil` for `NULL`).
+    var binary: (type: UInt32, bytes: [UInt8]?) {
+        switch self {
+        case .text(let text): (25, Array(text.utf8))
+        case .int(let value): (20, Self.bigEndian(value))
+        case .bytes(let bytes): (17, bytes)
+        case .null: (0, nil)
+        case .texts(let texts): (1009, Self.array(texts.map { Array($0.utf8) }, of: 25))
+        case .ints(let values): (1016, Self.array(values.map(Self.bigEndian), of: 20))
+        case .blobs(let blobs): (1001, Self.array(blobs, of: 17))
+        }
+    }
+
+    private static func bigEndian(_ value: Int64) -> [UInt8] {
+        (0..<8).map { UInt8(truncatingIfNeeded: value >> (56 - 8 * $0)) }
+    }
+
+    private static func bigEndian(_ value: Int32) -> [UInt8] {
+        (0..<4).map { UInt8(truncatingIfNeeded: value >> (24 - 8 * $0)) }
+    }
+
+    /// A one-dimensional array of `elements` (of the type `element`) in binary format: dimensions, a
+    /// null flag, the element type, the size and lower bound, then each element's length and bytes.
+    private static func array(_ elements: [[UInt8]?], of element: UInt32) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(20 + elements.reduce(0) { $0 + 4 + ($1?.count ?? 0) })
+        bytes += bigEndian(Int32(elements.isEmpty ? 0 : 1))
+        bytes += bigEndian(Int32(elements.contains { $0 == nil } ? 1 : 0))
+        bytes += bigEndian(Int32(bitPattern: element))
+        if !elements.isEmpty {
+            bytes += bigEndian(Int32(clamping: elements.count))
+            bytes += bigEndian(Int32(1))
+        }
+        for element in elements {
+            guard let element else {
+                bytes += bigEndian(Int32(-1))
+                continue
+            }
+            bytes += bigEndian(Int32(clamping: element.count))
+            bytes += element
+        }
+        return bytes
+    }
 }
 
 /// The rows a statement returned, each cell as the server sent it in binary format (`nil` for NULL).
@@ -65,6 +116,8 @@ package struct PostgresRows: Sendable {
 /// time (the stores run it on a serial queue of their own). Every call blocks until the server answers.
 package final class PostgresConnection {
     private var connection: OpaquePointer?
+    /// The statements prepared on this connection (see ``execute(_:_:prepared:)``), by their text.
+    private var prepared: [String: String] = [:]
     /// The connection string it was opened with.
     package let conninfo: String
 
@@ -112,54 +165,65 @@ package final class PostgresConnection {
     @discardableResult
     package func reconnect() -> Bool {
         guard let connection else { return false }
+        // A new session: nothing is prepared in it.
+        prepared = [:]
         PQreset(connection)
         return PQstatus(connection) == CONNECTION_OK
     }
 
     /// Runs `sql` with `parameters` bound to `$1`, `$2`, ..., and returns its rows (binary format).
+    ///
+    /// `prepared`: the statement is prepared once on this connection and run by name from then on, so
+    /// the server parses it once and can keep its plan. For statements run often with the same text
+    /// (many values go in array parameters, ``PostgresValue/texts(_:)``); every parameter's type must
+    /// be fixed by the text (a cast) or by its value's type the first time.
     @discardableResult
-    package func execute(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresRows {
+    package func execute(
+        _ sql: String,
+        _ parameters: [PostgresValue] = [],
+        prepared: Bool = false
+    ) throws(PostgresError) -> PostgresRows {
         guard let connection else { throw PostgresError(.connection, message: "the connection is closed") }
         var types: [UInt32] = []
         var lengths: [Int32] = []
         var formats: [Int32] = []
         var buffers: [[UInt8]] = []
+        var nulls: [Bool] = []
         types.reserveCapacity(parameters.count)
         for parameter in parameters {
-            switch parameter {
-            case .text(let text):
-                types.append(25)
-                buffers.append(Array(text.utf8))
-            case .int(let value):
-                types.append(20)
-                buffers.append((0..<8).map { UInt8(truncatingIfNeeded: value >> (56 - 8 * $0)) })
-            case .bytes(let bytes):
-                types.append(17)
-                buffers.append(bytes)
-            case .null:
-                types.append(0)
-                buffers.append([])
-            }
+            let (type, bytes) = parameter.binary
+            types.append(type)
+            buffers.append(bytes ?? [])
+            nulls.append(bytes == nil)
             guard let length = Int32(exactly: buffers[buffers.count - 1].count) else {
                 throw PostgresError(.statement, message: "a parameter of \(buffers[buffers.count - 1].count) bytes")
             }
             lengths.append(length)
             formats.append(1)
         }
-        let result = Self.withPointers(to: buffers, nulls: parameters.map { $0 == .null }) { values in
-            PQexecParams(connection, sql, Int32(parameters.count), types, values, lengths, formats, 1)
+        var name: String?
+        if prepared {
+            if let known = self.prepared[sql] {
+                name = known
+            } else {
+                let fresh = "effectloop_\(self.prepared.count)"
+                let made = PQprepare(connection, fresh, sql, Int32(parameters.count), types)
+                try Self.check(made, on: connection)
+                PQclear(made)
+                self.prepared[sql] = fresh
+                name = fresh
+            }
         }
+        let result = Self.withPointers(to: buffers, nulls: nulls) { values in
+            if let name {
+                PQexecPrepared(connection, name, Int32(parameters.count), values, lengths, formats, 1)
+            } else {
+                PQexecParams(connection, sql, Int32(parameters.count), types, values, lengths, formats, 1)
+            }
+        }
+        try Self.check(result, on: connection)
         guard let result else { throw PostgresError(.connection, message: Self.message(of: connection)) }
         defer { PQclear(result) }
-        switch PQresultStatus(result) {
-        case PGRES_COMMAND_OK, PGRES_TUPLES_OK:
-            break
-        default:
-            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
-            let message = String(cString: PQresultErrorMessage(result)).trimmingTrailingNewlines()
-            let broken = PQstatus(connection) != CONNECTION_OK
-            throw PostgresError(broken ? .connection : .statement, sqlState: state, message: message)
-        }
         var rows: [[[UInt8]?]] = []
         let (count, columns) = (PQntuples(result), PQnfields(result))
         rows.reserveCapacity(Int(count))
@@ -179,6 +243,22 @@ package final class PostgresConnection {
         }
         let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
         return PostgresRows(rows: rows, affected: affected)
+    }
+
+    /// Throws the error `result` reports (a connection error for none, or when the connection broke);
+    /// clears a failed `result`.
+    private static func check(_ result: OpaquePointer?, on connection: OpaquePointer) throws(PostgresError) {
+        guard let result else { throw PostgresError(.connection, message: message(of: connection)) }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK:
+            return
+        default:
+            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+            let message = String(cString: PQresultErrorMessage(result)).trimmingTrailingNewlines()
+            let broken = PQstatus(connection) != CONNECTION_OK
+            PQclear(result)
+            throw PostgresError(broken ? .connection : .statement, sqlState: state, message: message)
+        }
     }
 
     /// Calls `body` with a NULL-terminated array of C strings, valid for the call only.

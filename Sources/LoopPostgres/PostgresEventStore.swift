@@ -15,7 +15,8 @@ internal import Synchronization
 ///   records the schema's version; a store that finds a newer version than it knows refuses to open.
 /// - **Group commit.** Appends from every loop of the process wait in one queue; the writer takes them
 ///   all, checks each one's expected version, and writes the whole batch in one transaction (one
-///   `COMMIT`, one flush of the server's log) with one multi-row `INSERT`.
+///   `COMMIT`, one flush of the server's log) with one `INSERT` (its rows in array parameters, so the
+///   statement is prepared once per connection, whatever the batch's size).
 /// - **Conflicts.** `(stream, version)` is the table's primary key, so two writers that expect the
 ///   same version cannot both commit: the database refuses the second, which reports
 ///   ``/LoopPersistence/EventStoreError/Kind/versionConflict(expected:actual:)``. A batch that meets
@@ -28,9 +29,6 @@ internal import Synchronization
 ///   batch may or may not have been stored: the next append's version check tells); the next operation
 ///   connects again.
 public final class PostgresEventStore: EventStore {
-    /// The largest batch one transaction writes: PostgreSQL takes at most 65,535 parameters per statement,
-    /// three per event.
-    static let rowsPerStatement = 20_000
     /// The most appends one transaction takes, so one loop's huge append does not hold the others long.
     static let appendsPerBatch = 4_096
 
@@ -111,7 +109,12 @@ public final class PostgresEventStore: EventStore {
             throw EventStoreError(.invalid(reason: "schema name '\(schema)' is not a plain SQL identifier"))
         }
         self.schema = schema
-        self.writer = PostgresWorker(conninfo, label: "effectloop.postgres.writer", applicationName: applicationName)
+        self.writer = PostgresWorker(
+            conninfo,
+            label: "effectloop.postgres.writer",
+            applicationName: applicationName,
+            setup: [keyedLookupsOnly]
+        )
         self.reader = PostgresWorker(conninfo, label: "effectloop.postgres.reader")
         do {
             try await writer.run { [schema] connection throws(PostgresError) in
@@ -199,7 +202,8 @@ public final class PostgresEventStore: EventStore {
         let events = try await reading(stream, "read events") { connection throws(PostgresError) in
             let rows = try connection.execute(
                 "SELECT version, payload FROM \(table) WHERE stream = $1 AND version > $2 ORDER BY version LIMIT $3",
-                [.text(stream), .int(Int64(clamping: version)), .int(Int64(limit))]
+                [.text(stream), .int(Int64(clamping: version)), .int(Int64(limit))],
+                prepared: true
             )
             var events: [StoredEvent] = []
             events.reserveCapacity(rows.rows.count)
@@ -225,7 +229,8 @@ public final class PostgresEventStore: EventStore {
         return try await reading(stream, "read the stream's version") { connection throws(PostgresError) in
             let rows = try connection.execute(
                 "SELECT coalesce(max(version), 0)::bigint FROM \(table) WHERE stream = $1",
-                [.text(stream)]
+                [.text(stream)],
+                prepared: true
             )
             return try rows.version(0, 0)
         }
@@ -306,7 +311,8 @@ public final class PostgresEventStore: EventStore {
         return try await reading(stream, "read the latest snapshot") { connection throws(PostgresError) in
             let rows = try connection.execute(
                 "SELECT version, payload FROM \(table) WHERE stream = $1 ORDER BY version DESC LIMIT 1",
-                [.text(stream)]
+                [.text(stream)],
+                prepared: true
             )
             guard !rows.rows.isEmpty else { return nil }
             return Snapshot(stream: stream, version: try rows.version(0, 0), payload: try rows.bytes(0, 1))

@@ -132,7 +132,8 @@ enum PostgresSchema {
                     failure_kind text,
                     asked_at timestamptz NOT NULL DEFAULT now(),
                     answered_at timestamptz,
-                    PRIMARY KEY (stream, reply)
+                    -- The reply first: a batch of answers is found by its addresses (nearly unique).
+                    PRIMARY KEY (reply, stream)
                 ) WITH (fillfactor = 70)
                 """,
                 "CREATE INDEX replies_by_age ON \(schema).replies (asked_at)",

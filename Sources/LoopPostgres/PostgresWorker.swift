@@ -1,5 +1,11 @@
 internal import Dispatch
 
+/// The session setting of connections whose statements all find their rows by key (a store's writer,
+/// a cluster client): never a sequential scan. A table that grew since its statistics were last taken
+/// (a new cluster's `replies`, between two runs of autovacuum) otherwise gets plans that scan it whole
+/// for each statement, and keeps them while it grows.
+let keyedLookupsOnly = "SET enable_seqscan = off"
+
 /// A connection and the serial queue it is used on: every use of the connection is a block on that
 /// queue, so libpq's one-thread-at-a-time rule holds, and blocking calls stay off Swift's cooperative
 /// threads.
@@ -13,10 +19,14 @@ final class PostgresWorker: @unchecked Sendable {
     private var closed = false
     private let conninfo: String
     private let applicationName: String?
+    /// Statements run on each new connection before its first use (session settings).
+    private let setup: [String]
 
-    init(_ conninfo: String, label: String, applicationName: String? = nil) {
+    /// A worker for the database `conninfo` names; each connection it makes runs `setup` first.
+    init(_ conninfo: String, label: String, applicationName: String? = nil, setup: [String] = []) {
         self.conninfo = conninfo
         self.applicationName = applicationName
+        self.setup = setup
         self.queue = DispatchQueue(label: label)
     }
 
@@ -79,6 +89,7 @@ final class PostgresWorker: @unchecked Sendable {
         if closed { throw PostgresError(.connection, message: "the store is closed") }
         if let connection, connection.isConnected { return connection }
         let fresh = try PostgresConnection(conninfo, applicationName: applicationName)
+        for statement in setup { try fresh.execute(statement) }
         connection = fresh
         return fresh
     }

@@ -31,30 +31,46 @@ func runClusterNode(_ words: [String]) async -> Int32 {
     // SIGTERM is caught from the start: one that comes while the node connects (a test stopping a node
     // it has just restarted) ends the process cleanly instead of killing it.
     signal(SIGTERM, SIG_IGN)
-    let stopping = Locked<(requested: Bool, node: ClusterNode<Int, ClusterTally.Event, Never>?)>((false, nil))
+    let stopping = Locked<(requested: Bool, node: (any Runnable)?)>((false, nil))
     let terminate = DispatchSource.makeSignalSource(signal: SIGTERM)
     terminate.setEventHandler {
         stopping.withLock { stopping in
             stopping.requested = true
             return stopping.node
-        }?.stop()
+        }?.stop(gracePeriod: .seconds(30))
     }
     terminate.resume()
     defer { terminate.cancel() }
     do {
-        let node = try await ClusterNode(
-            connecting: conninfo,
-            name: name,
-            program: ClusterTally.program,
-            effects: EffectRouter(),
-            events: JSONCodec<ClusterTally.Event>(),
-            states: JSONCodec<Int>(),
-            configuration: .init(
-                schema: schema,
-                heartbeat: .milliseconds(heartbeat),
-                membershipTimeout: .milliseconds(timeout)
+        // `--program totals`: entities that answer requests (w14); otherwise counters.
+        let node: any ClusterRunnable =
+            option("--program", in: words) == "totals"
+            ? try await ClusterNode(
+                connecting: conninfo,
+                name: name,
+                program: ClusterTotals.program,
+                effects: EffectRouter(),
+                events: JSONCodec<ClusterTotals.Event>(),
+                states: JSONCodec<Int>(),
+                configuration: .init(
+                    schema: schema,
+                    heartbeat: .milliseconds(heartbeat),
+                    membershipTimeout: .milliseconds(timeout)
+                )
             )
-        )
+            : try await ClusterNode(
+                connecting: conninfo,
+                name: name,
+                program: ClusterTally.program,
+                effects: EffectRouter(),
+                events: JSONCodec<ClusterTally.Event>(),
+                states: JSONCodec<Int>(),
+                configuration: .init(
+                    schema: schema,
+                    heartbeat: .milliseconds(heartbeat),
+                    membershipTimeout: .milliseconds(timeout)
+                )
+            )
         let requested = stopping.withLock { stopping in
             stopping.node = node
             return stopping.requested
@@ -62,7 +78,7 @@ func runClusterNode(_ words: [String]) async -> Int32 {
         // Asked to stop before it ran: it owns nothing yet, so there is nothing to hand over.
         if requested { return 0 }
         // What the node rode out (a lost session, joined again) goes to its log.
-        try await node.run(report: { Measure.printError("cluster-node \(name): \($0); going on\n") })
+        _ = try await node.run(report: { Measure.printError("cluster-node \(name): \($0); going on\n") })
         return 0
     } catch {
         Measure.printError("cluster-node \(name): \(error)\n")
@@ -102,6 +118,13 @@ func runClusterSend(_ words: [String]) async -> Int32 {
         return 1
     }
 }
+
+/// A cluster node of either program, as `cluster-node` runs it.
+protocol ClusterRunnable: Runnable {
+    func run(report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport
+}
+
+extension ClusterNode: ClusterRunnable {}
 
 /// A child process of the benchmark: this executable in one of its cluster modes, output discarded.
 final class ClusterProcess {
@@ -237,6 +260,89 @@ extension Workloads {
                 ("failover_p50_s", Measure.median(failovers)), ("failover_max_s", failovers.max() ?? 0),
                 ("with_history_p50_s", Measure.median(withHistory)), ("with_history_max_s", withHistory.max() ?? 0),
             ]
+        )
+    }
+}
+
+extension Workloads {
+    /// w14: requests across the cluster. One node (`cluster-node --program totals`, a process of its
+    /// own) owns every shard; this process is the caller: 64 requesters send keyed requests to 1,000
+    /// entities through a `ClusterClient`, each answered once its event is committed (the answer written
+    /// in the same transaction, the caller woken by its notification). Each entity is recovered once in
+    /// a run (a read of its stream), then stays live. Replies/s with p50/p99 latency.
+    static func w14(_ sizes: Sizes) async throws -> Outcome {
+        let (entities, requesters, each) = (1_000, 64, sizes.w14Requests)
+        let total = requesters * each
+        let (server, base) = try await benchServer()
+        defer { server?.stop() }
+        var rates: [Double] = []
+        var p50s: [Double] = []
+        var p99s: [Double] = []
+        var ok = true
+        for run in 0..<sizes.runs {
+            let schema = "bench_w14_\(getpid())_\(run)"
+            let client = try await ClusterClient(
+                connecting: base,
+                events: JSONCodec<ClusterTotals.Event>(),
+                schema: schema
+            )
+            let node = try ClusterProcess([
+                "cluster-node", "--postgres", base, "--name", "w14", "--schema", schema, "--program", "totals",
+            ])
+            // The node owns every shard once the first request is answered: not timed.
+            _ = try await client.request(to: "warm-up", key: "warm-up", timeout: .seconds(60)) { .add(0, replyTo: $0) }
+            var latencies: [Double] = []
+            var answered = 0
+            let seconds = try await Measure.seconds {
+                try await withThrowingTaskGroup(of: ([Double], Int).self) { tasks in
+                    for requester in 0..<requesters {
+                        tasks.addTask {
+                            var mine: [Double] = []
+                            mine.reserveCapacity(each)
+                            var count = 0
+                            for index in 0..<each {
+                                let entity = (requester * each + index) % entities
+                                let start = ContinuousClock.now
+                                let total = try await client.request(
+                                    to: "entity-\(entity)",
+                                    key: "r\(requester)-\(index)",
+                                    timeout: .seconds(60)
+                                ) { .add(1, replyTo: $0) }
+                                mine.append(Deposits.milliseconds(ContinuousClock.now - start))
+                                if total > 0 { count += 1 }
+                            }
+                            return (mine, count)
+                        }
+                    }
+                    for try await (mine, count) in tasks {
+                        latencies += mine
+                        answered += count
+                    }
+                }
+            }
+            node.stop(SIGTERM)
+            await client.close()
+            let connection = try PostgresConnection(base)
+            let events = try connection.execute("SELECT count(*) FROM \(schema).events").int(0, 0)
+            _ = try? connection.execute("DROP SCHEMA \(schema) CASCADE")
+            connection.close()
+            ok = ok && answered == total && events == Int64(total + 1)
+            latencies.sort()
+            rates.append(Double(total) / seconds)
+            p50s.append(Deposits.percentile(latencies, 0.5))
+            p99s.append(Deposits.percentile(latencies, 0.99))
+        }
+        return Outcome(
+            workload: "w14",
+            title: "keyed requests across the cluster from another process, \(requesters) requesters, one node",
+            perSecond: Measure.median(rates),
+            rawPerSecond: 0,
+            runs: sizes.runs,
+            ok: ok,
+            extra: [
+                ("p50_ms", Measure.median(p50s)), ("p99_ms", Measure.median(p99s)), ("p99_ms_max", p99s.max() ?? 0),
+            ],
+            rates: rates
         )
     }
 }

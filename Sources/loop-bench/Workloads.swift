@@ -36,6 +36,7 @@ struct Sizes {
     var w12Callers: Int
     var w12Requests: Int
     var w13Requests: Int
+    var w14Requests: Int
     var w15Requests: Int
     var w16Events: Int
     var w16Streams: Int
@@ -61,6 +62,7 @@ struct Sizes {
         w12Callers: 1_000,
         w12Requests: 100,
         w13Requests: 3_000,
+        w14Requests: 500,
         w15Requests: 500,
         w16Events: 10_000_000,
         w16Streams: 100_000,
@@ -86,6 +88,7 @@ struct Sizes {
         w12Callers: 100,
         w12Requests: 20,
         w13Requests: 100,
+        w14Requests: 30,
         w15Requests: 50,
         w16Events: 200_000,
         w16Streams: 2_000,

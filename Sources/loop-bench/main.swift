@@ -17,7 +17,7 @@ let sizes = arguments.contains("--quick") ? Sizes.quick : Sizes.full
 let only = arguments.firstIndex(of: "--only").flatMap { arguments.indices.contains($0 + 1) ? arguments[$0 + 1] : nil }
 let known: Set<String> = [
     "--json", "--quick", "--help", "--only", "--no-header", "w1", "w2", "w2s", "w3", "w3s", "w4", "w5", "w6", "w7",
-    "w8", "w9", "w10", "w11", "w12", "w13", "w15", "w16", "w17", "--postgres",
+    "w8", "w9", "w10", "w11", "w12", "w13", "w14", "w15", "w16", "w17", "--postgres",
 ]
 // The value after --postgres is a conninfo, not an option.
 let options = arguments.enumerated().filter { $0.offset == 0 || arguments[$0.offset - 1] != "--postgres" }.map(
@@ -25,7 +25,7 @@ let options = arguments.enumerated().filter { $0.offset == 0 || arguments[$0.off
 )
 if arguments.contains("--help") || !options.allSatisfy(known.contains) {
     let usage =
-        "usage: loop-bench [--json] [--quick] [--only w1|w2|w2s|w3|w3s|w4|w5|w6|w7|w8|w9|w10|w11|w12|w13|w15|w16|w17] [--postgres CONNINFO]\n"
+        "usage: loop-bench [--json] [--quick] [--only w1|w2|w2s|w3|w3s|w4|w5|w6|w7|w8|w9|w10|w11|w12|w13|w14|w15|w16|w17] [--postgres CONNINFO]\n"
     if arguments.contains("--help") { print(usage, terminator: "") } else { Measure.printError(usage) }
     exit(arguments.contains("--help") ? 0 : 64)
 }
@@ -100,7 +100,8 @@ let workloads: [(name: String, run: (Sizes) async throws -> Outcome)] = [
     ("w2s", { try await Workloads.w2($0, synchronous: true) }), ("w3", Workloads.w3), ("w3s", Workloads.w3s),
     ("w4", Workloads.w4),
     ("w5", Workloads.w5), ("w6", Workloads.w6), ("w7", Workloads.w7), ("w8", Workloads.w8), ("w10", Workloads.w10),
-    ("w11", Workloads.w11), ("w12", Workloads.w12), ("w13", Workloads.w13), ("w15", Workloads.w15),
+    ("w11", Workloads.w11), ("w12", Workloads.w12), ("w13", Workloads.w13), ("w14", Workloads.w14),
+    ("w15", Workloads.w15),
     ("w16", Workloads.w16), ("w17", Workloads.w17),
 ]
 /// The workloads that measure memory: each runs in a fresh process of its own (this executable with
