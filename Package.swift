@@ -64,7 +64,7 @@ let package = Package(
             name: "LoopDemoTests",
             dependencies: [
                 "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopDemo", "LoopPersistence",
-                "LoopTesting",
+                "LoopPostgres", "LoopTesting",
                 "loop-demo",
             ]
         ),

@@ -112,3 +112,27 @@ extension ReplyTo: Codable {
         self.init(id: try decoder.singleValueContainer().decode(UInt64.self))
     }
 }
+
+/// A `Reply` encodes as its address's id and its value: an effect that holds one can be recorded (a
+/// durable loop's timers keep effects). A decoded reply's address reaches nobody in this process.
+extension Reply: Codable where Value: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case to, value
+    }
+
+    /// Encodes the address's id and the value.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(to, forKey: .to)
+        try container.encode(value, forKey: .value)
+    }
+
+    /// A reply with the decoded address (which reaches nobody) and value.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            to: try container.decode(ReplyTo<Value>.self, forKey: .to),
+            value: try container.decode(Value.self, forKey: .value)
+        )
+    }
+}

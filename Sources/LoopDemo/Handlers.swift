@@ -74,6 +74,11 @@ extension JobRunner {
                 { if case .report(let line) = $0 { line } else { nil } },
                 to: ClosureSyncEffectHandler { line, _ in console.line(line) }
             )
+            // A durable loop hands its answers over itself, once recorded; this route serves the others.
+            .route(
+                { if case .answer(let reply) = $0 { reply } else { nil } },
+                to: ClosureSyncEffectHandler { (reply: Reply<String>, _) in reply.deliver() }
+            )
             .route(
                 { if case .problem(let line) = $0 { line } else { nil } },
                 to: ClosureSyncEffectHandler { line, _ in console.problem(line) }

@@ -45,6 +45,8 @@ extension JobRunner {
         gracePeriod: Duration = .seconds(2)
     ) -> DurableProgram<State, Event, Effect> {
         let program = program(limit: limit, backoff: backoff, gracePeriod: gracePeriod)
-        return DurableProgram(initial: program.first.state, update: program.update, resume: resume).keepingTimers()
+        return DurableProgram(initial: program.first.state, update: program.update, resume: resume)
+            .keepingTimers()
+            .replying { if case .answer(let reply) = $0 { reply } else { nil } }
     }
 }

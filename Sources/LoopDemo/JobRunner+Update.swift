@@ -1,3 +1,5 @@
+internal import LoopCore
+
 extension JobRunner {
     /// The runner's logic: applies `event` to `state` and returns the effects, in order.
     public static func update(_ state: inout State, _ event: Event) -> [Effect] {
@@ -5,6 +7,10 @@ extension JobRunner {
         switch event {
         case .submit(let spec):
             submit(spec, &state, &effects)
+        case .request(let spec, let replyTo):
+            submit(spec, &state, &effects)
+            // What became of it, as the report says it.
+            if case .report(let line) = effects.last { effects.append(.answer(replyTo.reply(line))) }
         case .exited(let name, let attempt, let status, let output, let errors):
             guard state.jobs[name]?.status == .running(attempt: attempt) else { break }
             state.jobs[name]?.output = output

@@ -132,6 +132,9 @@ public enum JobRunner {
     public enum Event: Codable, Equatable, Sendable {
         /// A job is submitted.
         case submit(Spec)
+        /// A job is submitted by a caller waiting for the answer: `queued NAME`, or why it was
+        /// rejected (a cluster's `loop-demo submit --key`).
+        case request(Spec, replyTo: ReplyTo<String>)
         /// An attempt exited with `status`, printed `output`, and ended its standard error with `errors`.
         case exited(name: String, attempt: Int, status: Int32, output: String, errors: String = "")
         /// An attempt ran past its timeout and was stopped.
@@ -178,6 +181,8 @@ public enum JobRunner {
         case progress(running: Int, queued: Int, done: Int, total: Int)
         /// Stop the service, giving running attempts `gracePeriod` to finish.
         case stop(gracePeriod: Duration)
+        /// Answer a request's caller.
+        case answer(Reply<String>)
 
         /// Runs are keyed per job (so a cancel reaches them) and carry the job's timeout.
         public var lifecycle: EffectLifecycle {
@@ -186,7 +191,7 @@ public enum JobRunner {
             case .retryAfter(let name, _, let delay): .delayed(by: delay, key: "retry-\(name)")
             case .stopRun(let name): .cancel("run-\(name)")
             case .stopRetry(let name): .cancel("retry-\(name)")
-            case .report, .problem, .progress, .stop, .printMetrics: .concurrent()
+            case .report, .problem, .progress, .stop, .printMetrics, .answer: .concurrent()
             }
         }
     }

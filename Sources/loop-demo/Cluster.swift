@@ -57,9 +57,10 @@ func runNode(conninfo: String, name: String?, limit: Int) async -> Int32 {
     }
 }
 
-/// `loop-demo submit --postgres CONNINFO NAME -- COMMAND...`: puts the job in the inbox; exits 0 once
-/// that is committed.
-func submit(conninfo: String, words: [String]) async -> Int32 {
+/// `loop-demo submit --postgres CONNINFO [--key KEY] NAME -- COMMAND...`: puts the job in the inbox;
+/// exits 0 once that is committed. With a key, asks the job's entity through a ``ClusterClient`` and
+/// prints its answer (see the usage).
+func submit(conninfo: String, words: [String], key: String?) async -> Int32 {
     let line = "run " + words.joined(separator: " ")
     let event: JobRunner.Event
     switch Command.parse(line) {
@@ -72,6 +73,7 @@ func submit(conninfo: String, words: [String]) async -> Int32 {
         printError("loop-demo: submit takes NAME -- COMMAND...")
         return 64
     }
+    if let key { return await ask(conninfo: conninfo, spec: spec, key: key) }
     do {
         let inbox = try await PostgresInbox(connecting: conninfo)
         try await inbox.send(try clusterEvents.encode(event), to: jobStream(spec.name))
@@ -81,6 +83,29 @@ func submit(conninfo: String, words: [String]) async -> Int32 {
     } catch {
         printError("loop-demo: \(error)")
         return 73
+    }
+}
+
+/// `submit --key`: the job as a request under `key`; prints the answer.
+func ask(conninfo: String, spec: JobRunner.Spec, key: String) async -> Int32 {
+    let client: ClusterClient<JobRunner.Event>
+    do {
+        client = try await ClusterClient(connecting: conninfo, events: clusterEvents)
+    } catch {
+        printError("loop-demo: \(error)")
+        return 73
+    }
+    do throws(RequestError) {
+        let answer: String = try await client.request(to: jobStream(spec.name), key: key, timeout: .seconds(30)) {
+            .request(spec, replyTo: $0)
+        }
+        await client.close()
+        print(Console.escapingControlCharacters(answer))
+        return answer.hasPrefix("queued") ? 0 : 1
+    } catch {
+        await client.close()
+        printError("loop-demo: no answer for key \(key): \(error)")
+        return 75
     }
 }
 
@@ -150,7 +175,7 @@ func clusterDemo() async -> Int32 {
             ("thumbnails", "sleep 2"), ("report", "true"), ("cleanup", "true"), ("notify", "sleep 1"),
         ]
         for (name, command) in jobs {
-            guard await submit(conninfo: conninfo, words: [name, "--", command]) == 0 else { return 73 }
+            guard await submit(conninfo: conninfo, words: [name, "--", command], key: nil) == 0 else { return 73 }
         }
         // Once jobs run, the first node dies: no goodbye, its locks go with its connection.
         for _ in 0..<200 {

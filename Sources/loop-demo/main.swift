@@ -54,8 +54,11 @@ let usage = """
                        run one node of the job runner as a cluster, until SIGTERM (it then hands its
                        jobs' shards over to the other nodes); at most N commands (default 3) run on
                        the node at once, whatever jobs they belong to; the others wait their turn
-      submit --postgres CONNINFO NAME [--timeout SECONDS] [--retries N] -- COMMAND...
-                       submit a job to the cluster; exits 0 once it is committed
+      submit --postgres CONNINFO [--key KEY] NAME [--timeout SECONDS] [--retries N] -- COMMAND...
+                       submit a job to the cluster; exits 0 once it is committed. With --key, a
+                       request: waits for the node's answer (queued NAME, or why it was rejected),
+                       prints it and exits 0 if queued, 1 if rejected, 75 if no answer came (try the
+                       same KEY again: it is never applied twice)
       jobs --postgres CONNINFO
                        one line per job of the cluster: NAME OUTCOME
       cluster-demo     a throwaway PostgreSQL server, 3 nodes and a dozen jobs; one node is killed
@@ -90,7 +93,7 @@ func printError(_ text: String) {
 enum Mode {
     case run(stdin: Bool, journal: String?, acks: Bool, store: String?, acceptLoss: Bool)
     case node(conninfo: String, name: String?, limit: Int)
-    case submit(conninfo: String, words: [String])
+    case submit(conninfo: String, words: [String], key: String?)
     case jobs(conninfo: String)
     case clusterDemo
     case replay(String)
@@ -131,15 +134,22 @@ func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
             }
             return .success(.node(conninfo: conninfo, name: name, limit: limit))
         case "submit":
-            // NAME [--timeout SECONDS] [--retries N] -- COMMAND..., as the `run` command takes them.
-            guard let dash = rest.firstIndex(of: "--"), dash >= 1, dash < rest.count - 1 else {
+            // [--key KEY] NAME [--timeout SECONDS] [--retries N] -- COMMAND..., as `run` takes them.
+            var words = rest
+            var key: String?
+            if words.first == "--key", words.count >= 2 {
+                key = words[1]
+                words.removeFirst(2)
+            }
+            guard let dash = words.firstIndex(of: "--"), dash >= 1, dash < words.count - 1 else {
                 return .failure(
                     CommandError(
-                        description: "usage: submit --postgres CONNINFO NAME [--timeout S] [--retries N] -- COMMAND..."
+                        description:
+                            "usage: submit --postgres CONNINFO [--key KEY] NAME [--timeout S] [--retries N] -- COMMAND..."
                     )
                 )
             }
-            return .success(.submit(conninfo: conninfo, words: rest))
+            return .success(.submit(conninfo: conninfo, words: words, key: key))
         default:
             guard rest.isEmpty else { return .failure(CommandError(description: "usage: jobs --postgres CONNINFO")) }
             return .success(.jobs(conninfo: conninfo))
@@ -462,8 +472,8 @@ case .success(.run(let stdin, let journal, let acks, let store, let acceptLoss))
     exit(await run(stdin: stdin, journalPath: journal, acks: acks, storePath: store, acceptLoss: acceptLoss))
 case .success(.node(let conninfo, let name, let limit)):
     exit(await runNode(conninfo: conninfo, name: name, limit: limit))
-case .success(.submit(let conninfo, let words)):
-    exit(await submit(conninfo: conninfo, words: words))
+case .success(.submit(let conninfo, let words, let key)):
+    exit(await submit(conninfo: conninfo, words: words, key: key))
 case .success(.jobs(let conninfo)):
     exit(await listJobs(conninfo: conninfo))
 case .success(.clusterDemo):

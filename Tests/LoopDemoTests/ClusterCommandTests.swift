@@ -10,7 +10,9 @@ struct ClusterCommandTests {
         #expect(output.contains("submit needs --postgres CONNINFO") && output.hasSuffix("exit=64"))
         let (_, missing) = try await Demo.sh(#""$DEMO" submit --postgres x build; echo "exit=$?""#)
         #expect(
-            missing.contains("usage: submit --postgres CONNINFO NAME [--timeout S] [--retries N] -- COMMAND...")
+            missing.contains(
+                "usage: submit --postgres CONNINFO [--key KEY] NAME [--timeout S] [--retries N] -- COMMAND..."
+            )
                 && missing.hasSuffix("exit=64")
         )
         let (_, unreachable) = try await Demo.sh(
@@ -42,6 +44,32 @@ struct ClusterCommandTests {
         #expect(output.contains("submitted hello") && output.contains("submitted doomed"))
         #expect(output.contains("node=0"))
         #expect(output.hasSuffix("doomed failed after 1 attempt: exit status 3\nhello succeeded"))
+    }
+
+    // A hang guard, not a timing: every test of the process starts at once on two threads, so a
+    // test needing milliseconds can wait minutes for the others (138 s seen under TSAN).
+    /// `submit --key` asks the job's entity and prints its answer; a repeat of the key prints the same
+    /// answer and submits nothing again; another key for the same name is rejected by the entity.
+    @Test(.timeLimit(.minutes(10)))
+    func aKeyedSubmitPrintsTheAnswerAndARepeatAppliesNothing() async throws {
+        let database = try await TemporaryPostgres.shared().createDatabase()
+        let script = """
+            "$DEMO" node --postgres '\(database)' --name only > /dev/null &
+            node=$!
+            "$DEMO" submit --postgres '\(database)' --key k1 hello -- true; echo "first=$?"
+            "$DEMO" submit --postgres '\(database)' --key k1 hello -- true; echo "again=$?"
+            "$DEMO" submit --postgres '\(database)' --key k2 hello -- true; echo "other=$?"
+            kill -TERM $node; wait $node; echo "node=$?"
+            psql -X -q -A -t -d '\(database)' -c "SELECT count(*) FROM effectloop.events WHERE stream = 'job-hello'
+                AND position(convert_to('\"request\"', 'UTF8') IN payload) > 0"
+            """
+        let (status, output) = try await Demo.sh(script)
+        #expect(status == 0, "\(output)")
+        #expect(output.contains("queued hello\nfirst=0\nqueued hello\nagain=0\n"), "\(output)")
+        #expect(output.contains("rejected hello: a job with this name exists\nother=1"), "\(output)")
+        #expect(output.contains("node=0"), "\(output)")
+        // The first try and the other key were applied; the repeat was not.
+        #expect(output.hasSuffix("2"), "\(output)")
     }
 
     // A hang guard, not a timing: every test of the process starts at once on two threads, so a
