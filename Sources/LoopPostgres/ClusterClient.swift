@@ -24,7 +24,7 @@ internal import Synchronization
 /// - **Waking.** The client listens on its own channel; each answer's commit notifies it, carrying the
 ///   answer itself when it is short. A notification missed (the client's connection broke) is made up
 ///   for by reading the answers it waits for, once a second.
-/// - **Answers.** The program decides them as for a request in the process (``DurableProgram/replying(_:)``);
+/// - **Answers.** The program decides them as for a request in the process (``/LoopPersistence/DurableProgram/replying(_:)``);
 ///   the client decodes them with the same codec as the program records them with.
 public final class ClusterClient<Event: Sendable>: Sendable {
     private let writer: PostgresWorker
@@ -75,6 +75,7 @@ public final class ClusterClient<Event: Sendable>: Sendable {
     /// ``PostgresEventStore/init(connecting:schema:retention:)`` does) and starts listening for answers.
     ///
     /// - Parameters:
+    ///   - conninfo: the database (`host=... dbname=...`).
     ///   - events: the cluster's event codec (the one its nodes decode the inbox with).
     ///   - schema: the cluster's schema.
     /// - Throws: ``/LoopPersistence/EventStoreError`` when the database cannot be reached, the schema
@@ -138,7 +139,7 @@ public final class ClusterClient<Event: Sendable>: Sendable {
     /// Sends the event `make` builds around a reply address to the entity `entity` (its stream's name),
     /// wherever in the cluster it runs, and waits for the answer its program decides, released once the
     /// event that decided it is recorded. The answer is decoded with `answers`, the codec the program
-    /// records its answers with (``DurableProgram/replying(_:codec:)``).
+    /// records its answers with (``/LoopPersistence/DurableProgram/replying(_:codec:)``).
     ///
     /// `make` is called twice (once with a placeholder address, for the event's digest): it must build
     /// the same event from the same address. A repeat of `key` with another event is refused.
@@ -169,7 +170,7 @@ public final class ClusterClient<Event: Sendable>: Sendable {
     }
 
     /// ``request(to:key:timeout:answers:_:)`` for a program whose answers are recorded in
-    /// ``/LoopPersistence/BinaryCodec``'s form (``DurableProgram/replying(_:)``).
+    /// ``/LoopPersistence/BinaryCodec``'s form (``/LoopPersistence/DurableProgram/replying(_:)``).
     public func request<Value: Codable & Sendable>(
         to entity: String,
         key: String? = nil,

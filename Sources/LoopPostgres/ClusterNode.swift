@@ -65,8 +65,8 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         /// taking its shard does not recover it.
         public var releaseSettledAfter: Duration
         /// How long the answer to a request across the cluster stays where its caller reads it (the
-        /// `replies` table), counted from the answer (or from the request, while unanswered). A repeat of
-        /// its key after that is answered by the entity from its key window, if the key is still in it.
+        /// `replies` table), counted from the request. A repeat of its key after that is answered by the
+        /// entity from its key window, if the key is still in it.
         public var answersKept: Duration
 
         /// The defaults: schema `effectloop`, heartbeat 250 ms, timeout 3 s, 2,000 rows, snapshot every
@@ -183,7 +183,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     /// Asks the entity `entity`, wherever in the cluster it runs (on this node or another), as a
     /// ``ClusterClient`` does: the event `make` builds around a reply address goes through the inbox, and
     /// the answer comes back once the event that decided it is recorded. The answer is decoded as the
-    /// program records it (``DurableProgram/replying(_:)``). Keys, errors and timeouts as
+    /// program records it (``/LoopPersistence/DurableProgram/replying(_:)``). Keys, errors and timeouts as
     /// ``ClusterClient/request(to:key:timeout:answers:_:)``.
     ///
     /// ```swift

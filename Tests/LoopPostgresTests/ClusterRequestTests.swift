@@ -311,3 +311,78 @@ struct Stranger: Codable, Sendable {
     var name: String
     var replyTo: ReplyTo<Int>
 }
+
+/// The accounts of Docs/Persistence.md's first example, as Docs/Cluster.md's first example runs them.
+enum ClusterGuide {
+    enum Account {
+        enum Outcome: Codable, Hashable, Sendable {
+            case done(balance: Int)
+            case insufficient(balance: Int)
+        }
+        enum Event: Codable, Hashable, Sendable {
+            case deposit(Int, replyTo: ReplyTo<Outcome>)
+            case withdraw(Int, replyTo: ReplyTo<Outcome>)
+        }
+        struct State: Codable, Equatable, Sendable { var balance = 0 }
+        enum Effect: Equatable, Sendable { case answer(Reply<Outcome>) }
+
+        static func update(_ state: inout State, _ event: Event) -> [Effect] {
+            switch event {
+            case .deposit(let amount, let replyTo):
+                state.balance += amount
+                return [.answer(replyTo.reply(.done(balance: state.balance)))]
+            case .withdraw(let amount, let replyTo):
+                guard amount <= state.balance else {
+                    return [.answer(replyTo.reply(.insufficient(balance: state.balance)))]
+                }
+                state.balance -= amount
+                return [.answer(replyTo.reply(.done(balance: state.balance)))]
+            }
+        }
+
+        static let program = DurableProgram(initial: State(), update: Update(update))
+            .replying { if case .answer(let reply) = $0 { reply } else { nil } }
+    }
+}
+
+extension ClusterRequestTests {
+    /// Docs/Cluster.md's first example, as written there (the node's name, its run, the request).
+    @Test func theFirstExampleOfTheClusterGuide() async throws {
+        typealias Account = ClusterGuide.Account
+        let conninfo = try await TemporaryPostgres.shared().createDatabase()
+        let requestID = "req-17"
+        // On every node: the accounts of Persistence.md's first example, one entity per account.
+        let node = try await ClusterNode(
+            connecting: conninfo,
+            name: "node-a",
+            program: Account.program,
+            effects: EffectRouter(),
+            events: JSONCodec<Account.Event>(),
+            states: JSONCodec<Account.State>()
+        )
+        let running = Task { try await node.run() }
+
+        // In any process that reaches the database:
+        let accounts = try await ClusterClient(connecting: conninfo, events: JSONCodec<Account.Event>())
+        let deposited: Account.Outcome = try await accounts.request(to: "account-17", key: "deposit-1") {
+            .deposit(80, replyTo: $0)
+        }
+        let outcome: Account.Outcome = try await accounts.request(to: "account-17", key: requestID) {
+            .withdraw(50, replyTo: $0)
+        }
+        #expect(deposited == .done(balance: 80))
+        #expect(outcome == .done(balance: 30))
+        // A retry of the request: the same answer, nothing withdrawn twice.
+        let again: Account.Outcome = try await accounts.request(to: "account-17", key: requestID) {
+            .withdraw(50, replyTo: $0)
+        }
+        #expect(again == .done(balance: 30))
+        let refused: Account.Outcome = try await accounts.request(to: "account-17", key: "req-18") {
+            .withdraw(50, replyTo: $0)
+        }
+        #expect(refused == .insufficient(balance: 30))
+        await accounts.close()
+        node.stop()
+        _ = try await running.value
+    }
+}
