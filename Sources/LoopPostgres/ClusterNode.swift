@@ -563,7 +563,8 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             while !ledger.withLock({ $0.stopping }) && !Task.isCancelled {
                 lease.turned()
                 let rows: [InboxRow]
-                if first || ContinuousClock.now - beat >= configuration.heartbeat {
+                let whole = first || ContinuousClock.now - beat >= configuration.heartbeat
+                if whole {
                     beat = .now
                     first = false
                     rows = try await tick()
@@ -571,7 +572,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 } else {
                     rows = try await read()
                 }
-                dispatch(rows)
+                dispatch(rows, whole: whole)
                 if let ended = failures(report: report) {
                     failure = ended
                     break
@@ -924,15 +925,27 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     }
 
     /// Between heartbeats, woken by a notification: reads the inbox rows of the shards the node owns
-    /// and marks their entities, as a heartbeat does, without the heartbeat's membership work.
+    /// that are not in flight already, and marks their entities, as a heartbeat does, without the
+    /// heartbeat's membership work.
     private func read() async throws -> [InboxRow] {
         let (schema, batch) = (configuration.schema, configuration.batch)
-        let (owned, known, failed) = ledger.withLock { ledger in
-            (ledger.ownership.owned, Set(ledger.awake.keys), Set(ledger.failed.filter(\.value.failing).keys))
+        let (owned, known, failed, inFlight) = ledger.withLock { ledger in
+            (
+                ledger.ownership.owned, Set(ledger.awake.keys), Set(ledger.failed.filter(\.value.failing).keys),
+                ledger.inFlight
+            )
         }
         guard !owned.isEmpty else { return [] }
         let (rows, marked) = try await control.run { connection throws(PostgresError) in
-            try Self.take(from: owned, skipping: failed, known: known, batch: batch, schema: schema, on: connection)
+            try Self.take(
+                from: owned,
+                skipping: failed,
+                excluding: inFlight,
+                known: known,
+                batch: batch,
+                schema: schema,
+                on: connection
+            )
         }
         if !marked.isEmpty {
             ledger.withLock { ledger in
@@ -943,12 +956,14 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     }
 
     /// Reads the inbox rows of the shards `owned` in id order (at most `batch`, none of the `failed`
-    /// streams), and marks in `awake` the streams among them not `known` to be marked: before they are
-    /// sent their events, so an entity with work under way is always marked (a crash between the two
-    /// leaves a mark too many, never one too few). Returns the rows and the streams it marked.
+    /// streams, none of the rows `excluded`), and marks in `awake` the streams among them not `known`
+    /// to be marked: before they are sent their events, so an entity with work under way is always
+    /// marked (a crash between the two leaves a mark too many, never one too few). Returns the rows and
+    /// the streams it marked.
     static func take(
         from owned: Set<Int>,
         skipping failed: Set<String>,
+        excluding excluded: Set<Int64> = [],
         known: Set<String>,
         batch: Int,
         schema: String,
@@ -961,9 +976,13 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             let found = try connection.execute(
                 """
                 SELECT id, stream, shard::bigint, payload, key, reply, digest FROM \(schema).inbox
-                WHERE shard = ANY($1::integer[]) AND stream <> ALL($2::text[]) ORDER BY id LIMIT $3
+                WHERE shard = ANY($1::integer[]) AND stream <> ALL($2::text[]) AND id <> ALL($4::bigint[])
+                ORDER BY id LIMIT $3
                 """,
-                [.ints(owned.sorted().map(Int64.init)), .texts(failed.sorted()), .int(Int64(batch))],
+                [
+                    .ints(owned.sorted().map(Int64.init)), .texts(failed.sorted()), .int(Int64(batch)),
+                    .ints(excluded.sorted()),
+                ],
                 prepared: true
             )
             for index in found.rows.indices {
@@ -1059,19 +1078,23 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     }
 
     /// Sends each row not yet in flight to its entity, in id order; rows the store would refuse, or that
-    /// do not decode, go to `inbox_dead`.
-    private func dispatch(_ rows: [InboxRow]) {
+    /// do not decode, go to `inbox_dead`. `whole`: `rows` are every row of the owned shards up to the
+    /// batch's size (a heartbeat's read), so the rows in flight not among them were committed; a read
+    /// between heartbeats leaves the rows in flight out.
+    private func dispatch(_ rows: [InboxRow], whole: Bool) {
         var undecodable: [(InboxRow, String)] = []
         var fresh: [(InboxRow, Event)] = []
         var repeats: [Int64] = []
         ledger.withLock { ledger in
             // Rows seen in flight and no longer in the inbox were committed.
-            let seen = Set(rows.map(\.id))
-            let horizon = rows.count < configuration.batch ? Int64.max : (rows.last?.id ?? Int64.max)
-            ledger.inFlight = ledger.inFlight.filter { seen.contains($0) || $0 > horizon }
-            if !ledger.answered.isEmpty {
-                repeats = rows.map(\.id).filter(ledger.answered.contains)
-                ledger.answered = ledger.answered.filter { seen.contains($0) || $0 > horizon }
+            if whole {
+                let seen = Set(rows.map(\.id))
+                let horizon = rows.count < configuration.batch ? Int64.max : (rows.last?.id ?? Int64.max)
+                ledger.inFlight = ledger.inFlight.filter { seen.contains($0) || $0 > horizon }
+                if !ledger.answered.isEmpty {
+                    repeats = rows.map(\.id).filter(ledger.answered.contains)
+                    ledger.answered = ledger.answered.filter { seen.contains($0) || $0 > horizon }
+                }
             }
             for row in rows where !ledger.inFlight.contains(row.id) && ledger.ownership.owned.contains(row.shard) {
                 // A row the store would refuse (a name it cannot index, say) must not reach a batch of
