@@ -16,22 +16,27 @@ internal import Synchronization
 /// }
 /// ```
 ///
-/// - **Exactly once.** A request's key is recorded with its event by the entity (see
+/// - **Once.** A request's key is recorded with its event by the entity (see
 ///   ``/LoopPersistence/KeyWindow``): a repeat of the key, after a timeout, a failover or a restart of
 ///   this process, is not applied again and gets the first try's answer, from the `replies` table if it
-///   is still there (see ``ClusterNode/Configuration/answersKept``), or from the entity's record. Without
+///   is still there (see ``ClusterNode/Configuration/answersKept``), or from the entity's record. Past
+///   both (the table let it go and the key left the entity's window) a repeat is a new request. Without
 ///   a key, the client makes one: the request is then not one a retry can repeat.
-/// - **Waking.** The client listens on its own channel; each answer's commit notifies it, carrying the
-///   answer itself when it is short. A notification missed (the client's connection broke) is made up
-///   for by reading the answers it waits for, once a second.
-/// - **Answers.** The program decides them as for a request in the process (``/LoopPersistence/DurableProgram/replying(_:)``);
-///   the client decodes them with the same codec as the program records them with.
+/// - **Waking.** The client listens on its own channel; each answer's commit notifies the channel of
+///   the last process that asked (two processes asking one key at once: the other reads it within a
+///   second), carrying the answer itself when it is short. A notification missed (the client's
+///   connection broke) is made up for by reading the answers it waits for, once a second.
+/// - **Timeouts.** A request's timeout is kept to within about 50 ms.
+/// - **Answers.** The program decides them as for a request in the process
+///   (``/LoopPersistence/DurableProgram/replying(_:)``); the client decodes them with the same codec as
+///   the program records them with.
 public final class ClusterClient<Event: Sendable>: Sendable {
     private let writer: PostgresWorker
     private let listener: PostgresWorker
     private let schema: String
     private let events: any EventCodec<Event>
-    /// The channel this client listens on: `<schema>_reply_` and 16 random hex digits.
+    /// The channel this client listens on: `effectloop_reply_` and 16 random hex digits (33 bytes,
+    /// whatever the schema's name: PostgreSQL refuses to notify a channel of 64 bytes or more).
     private let channel: String
     private let state = Mutex(Waiting())
     /// How long a request waits for a notification before the client reads its answer itself.
@@ -102,7 +107,7 @@ public final class ClusterClient<Event: Sendable>: Sendable {
         self.schema = schema
         self.events = events
         self.pollInterval = pollInterval
-        channel = "\(schema)_reply_" + String(UInt64.random(in: 1...UInt64.max), radix: 16)
+        channel = "effectloop_reply_" + String(UInt64.random(in: 1...UInt64.max), radix: 16)
         // A request's rows need not wait for the server's log to reach the disk: one a crash of the
         // database loses was never answered, so its caller times out and repeats the key, as it would
         // have if the request had been lost on the way. The answer is durable: the owner's append
@@ -185,6 +190,8 @@ public final class ClusterClient<Event: Sendable>: Sendable {
     public func close() async {
         let waiting = state.withLock { state in
             state.closed = true
+            // Requests not yet sent are not sent: their callers are refused, and nothing of them applied.
+            state.outbox = []
             defer { state.callers = [:] }
             return state.callers.values.flatMap { $0 }
         }
@@ -203,6 +210,8 @@ public final class ClusterClient<Event: Sendable>: Sendable {
     ) async throws(RequestError) -> Value {
         if Task.isCancelled { throw .cancelled }
         if let key, let problem = KeyLimits.problem(with: key) { throw .invalid(problem) }
+        // PostgreSQL's text holds no NUL: such a key would fail the statement of every request sent with it.
+        if let key, key.utf8.contains(0) { throw .invalid("a key with a NUL character") }
         let key = key ?? "effectloop-" + String(UInt64.random(in: 1...UInt64.max), radix: 16)
         let outgoing: Outgoing
         do {
@@ -259,6 +268,8 @@ public final class ClusterClient<Event: Sendable>: Sendable {
                 }
                 let caller = state.callers[reply]?.remove(at: index)
                 if state.callers[reply]?.isEmpty == true { state.callers[reply] = nil }
+                // Not sent yet: it is not sent.
+                state.outbox.removeAll { $0.caller == id }
                 return caller
             }
             cancelled?.continuation.resume(returning: .failure(.cancelled))
@@ -277,7 +288,16 @@ public final class ClusterClient<Event: Sendable>: Sendable {
     private func write() {
         while true {
             let batch = state.withLock { state -> [Outgoing] in
-                let batch = Array(state.outbox.prefix(1_000))
+                // At most 1,000 requests, and at most 64 MiB of events (PostgreSQL takes at most 1 GB in
+                // one parameter), but at least one.
+                var count = 0
+                var bytes = 0
+                while count < min(state.outbox.count, 1_000) {
+                    bytes += state.outbox[count].payload.count
+                    if count > 0 && bytes > 64 << 20 { break }
+                    count += 1
+                }
+                let batch = Array(state.outbox.prefix(count))
                 state.outbox.removeFirst(batch.count)
                 if batch.isEmpty { state.writing = false }
                 return batch
@@ -332,7 +352,9 @@ public final class ClusterClient<Event: Sendable>: Sendable {
                 ),
                 r AS (
                     INSERT INTO \(schema).replies (stream, reply, channel) SELECT stream, reply, $1 FROM v
-                    ON CONFLICT (stream, reply) DO UPDATE SET channel = excluded.channel
+                    ON CONFLICT (stream, reply) DO UPDATE SET channel = excluded.channel,
+                        -- Asked again while unanswered: kept as long again.
+                        asked_at = CASE WHEN replies.answered_at IS NULL THEN now() ELSE replies.asked_at END
                     RETURNING stream, reply, answered_at IS NOT NULL AS answered, payload, failure_kind, failure
                 ),
                 i AS (
@@ -431,7 +453,8 @@ public final class ClusterClient<Event: Sendable>: Sendable {
         }
         for caller in expired { caller.continuation.resume(returning: .failure(.timedOut(after: caller.timeout))) }
         guard let next else { return }
-        let until = min(next, now + pollInterval)
+        // At most 50 ms: a caller registered meanwhile with an earlier deadline is not late by more.
+        let until = min(next, now + pollInterval, now + .milliseconds(50))
         let left = until - now
         let milliseconds = Int32(
             clamping: max(1, left.components.seconds * 1_000 + left.components.attoseconds / 1_000_000_000_000_000)

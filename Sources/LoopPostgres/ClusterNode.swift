@@ -183,8 +183,9 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     /// Asks the entity `entity`, wherever in the cluster it runs (on this node or another), as a
     /// ``ClusterClient`` does: the event `make` builds around a reply address goes through the inbox, and
     /// the answer comes back once the event that decided it is recorded. The answer is decoded as the
-    /// program records it (``/LoopPersistence/DurableProgram/replying(_:)``). Keys, errors and timeouts as
-    /// ``ClusterClient/request(to:key:timeout:answers:_:)``.
+    /// program records it (``/LoopPersistence/DurableProgram/replying(_:)``). Keys, errors and timeouts
+    /// as ``ClusterClient/request(to:key:timeout:answers:_:)``. Once ``run(report:)`` has returned, the
+    /// node's requests are refused (``/LoopRuntime/RequestError/rejected(_:)``).
     ///
     /// ```swift
     /// let outcome: Outcome = try await node.request(to: "account-17", key: requestID) { .withdraw(50, replyTo: $0) }
@@ -200,8 +201,11 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             switch replies.decode(bytes) {
             case .success(let value as Value): .success(value)
             case .success(let value):
+                // The request was applied: its answer is of another type than asked.
                 .failure(
-                    .invalid("the program replies with \(type(of: value)), not the \(Value.self) this request expects")
+                    .storeFailed(
+                        "the program replies with \(type(of: value)), not the \(Value.self) this request expects"
+                    )
                 )
             case .failure(let error): .failure(.storeFailed("the answer does not decode: \(error)"))
             }
@@ -261,6 +265,18 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     /// - Throws: ``ClusterError`` when the node gave up.
     @discardableResult
     public func run(report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
+        // The node's own requests end with it: its client's connections are closed when it stops.
+        do {
+            let total = try await running(report: report)
+            await client.close()
+            return total
+        } catch {
+            await client.close()
+            throw error
+        }
+    }
+
+    private func running(report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
         try await withTaskCancellationHandler {
             try await supervise(report: report)
         } onCancel: {
@@ -710,18 +726,17 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         )
         let quietReleasing = releasable()
         let settled = settle()
-        // About once a minute, the answers kept past their time are swept (by every node: a sweep is cheap).
-        let sweepEvery = max(1, Int(Duration.seconds(60) / max(configuration.heartbeat, .milliseconds(1))))
+        // Every 10 s, the answers kept past their time are swept, up to 50,000 (by every node: a sweep is cheap).
+        let sweepEvery = max(1, Int(Duration.seconds(10) / max(configuration.heartbeat, .milliseconds(1))))
         let sweep = ledger.withLock { ledger -> Bool in
             ledger.sinceSweep += 1
             guard ledger.sinceSweep >= sweepEvery else { return false }
             ledger.sinceSweep = 0
             return true
         }
-        let kept = Int64(
-            configuration.answersKept.components.seconds * 1_000
-                + configuration.answersKept.components.attoseconds / 1_000_000_000_000_000
-        )
+        let kept =
+            min(configuration.answersKept.components.seconds, Int64.max / 2_000) * 1_000
+            + configuration.answersKept.components.attoseconds / 1_000_000_000_000_000
         var begun = ledger.withLock { $0.ownership }
         let (marks, failed) = ledger.withLock { ledger in
             (Set(ledger.awake.keys), Set(ledger.failed.filter(\.value.failing).keys))
@@ -888,15 +903,18 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 on: connection
             )
             if sweep {
-                try connection.execute(
-                    """
-                    DELETE FROM \(schema).replies WHERE ctid IN (
-                        SELECT ctid FROM \(schema).replies
-                        WHERE asked_at < now() - make_interval(secs => $1::bigint / 1000.0)
-                        LIMIT 10000)
-                    """,
-                    [.int(kept)]
-                )
+                for _ in 0..<5 {
+                    let swept = try connection.execute(
+                        """
+                        DELETE FROM \(schema).replies WHERE ctid IN (
+                            SELECT ctid FROM \(schema).replies
+                            WHERE asked_at < now() - make_interval(secs => $1::bigint / 1000.0)
+                            LIMIT 10000)
+                        """,
+                        [.int(kept)]
+                    )
+                    if swept.affected < 10_000 { break }
+                }
             }
             return Tick(
                 ownership: view,
@@ -1186,14 +1204,27 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// given with them where their callers read them, notifying the callers.
     private func conclude(_ rows: [(Int64, ReplyRow?)]) {
         let schema = configuration.schema
-        control.schedule { [control] in
-            _ = control.runInline { connection throws(PostgresError) in
-                try connection.execute(
-                    "DELETE FROM \(schema).inbox WHERE id IN (\((1...rows.count).map { "$\($0)" }.joined(separator: ",")))",
-                    rows.map { .int($0.0) }
-                )
-                let answers = rows.compactMap(\.1)
-                if !answers.isEmpty { try PostgresBatch.answer(answers, schema: schema, on: connection) }
+        control.schedule { [control, weak self] in
+            let outcome = control.runInline { connection throws(PostgresError) in
+                // Both or neither: a row deleted without its answer would leave its caller waiting.
+                try connection.execute("BEGIN")
+                do throws(PostgresError) {
+                    try connection.execute(
+                        "DELETE FROM \(schema).inbox WHERE id = ANY($1::bigint[])",
+                        [.ints(rows.map(\.0))],
+                        prepared: true
+                    )
+                    let answers = rows.compactMap(\.1)
+                    if !answers.isEmpty { try PostgresBatch.answer(answers, schema: schema, on: connection) }
+                    try connection.execute("COMMIT")
+                } catch {
+                    if error.kind != .connection { _ = try? connection.execute("ROLLBACK") }
+                    throw error
+                }
+            }
+            // Failed: the rows are sent to their entities again (which answer them from the record again).
+            if case .failure = outcome {
+                self?.ledger.withLock { ledger in for (row, _) in rows { ledger.inFlight.remove(row) } }
             }
         }
     }

@@ -165,8 +165,9 @@ package final class PostgresConnection {
     @discardableResult
     package func reconnect() -> Bool {
         guard let connection else { return false }
-        // A new session: nothing is prepared in it.
+        // A new session: nothing is prepared in it, and it listens to nothing.
         prepared = [:]
+        channels = []
         PQreset(connection)
         return PQstatus(connection) == CONNECTION_OK
     }

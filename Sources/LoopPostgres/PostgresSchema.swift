@@ -146,6 +146,10 @@ enum PostgresSchema {
         let steps = migrations(schema)
         do throws(PostgresError) {
             try connection.execute("BEGIN")
+            // Whatever the connection's session settings (a store's writer never scans a table whole):
+            // a migration may need to.
+            try connection.execute("SET LOCAL enable_seqscan = on")
+            try connection.execute("SET LOCAL synchronous_commit = on")
             try connection.execute("SELECT pg_advisory_xact_lock(hashtext($1))", [.text("effectloop schema \(schema)")])
             try connection.execute("CREATE SCHEMA IF NOT EXISTS \(schema)")
             try connection.execute(

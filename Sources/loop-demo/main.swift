@@ -58,7 +58,7 @@ let usage = """
                        submit a job to the cluster; exits 0 once it is committed. With --key, a
                        request: waits for the node's answer (queued NAME, or why it was rejected),
                        prints it and exits 0 if queued, 1 if rejected, 75 if no answer came (try the
-                       same KEY again: it is never applied twice)
+                       same KEY again: it is not applied twice), 73 if the database is unreachable
       jobs --postgres CONNINFO
                        one line per job of the cluster: NAME OUTCOME
       cluster-demo     a throwaway PostgreSQL server, 3 nodes and a dozen jobs; one node is killed

@@ -81,6 +81,8 @@ struct ClusterRequestFaultTests {
                     JOIN pg_stat_activity a ON a.pid = l.pid
                     WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted
                       AND a.application_name LIKE 'effectloop node %'
+                      -- This test's database only: other suites run clusters on the same server.
+                      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                     """
                 )
                 return owners == "3/64"

@@ -253,6 +253,29 @@ struct ClusterRequestTests {
         }
     }
 
+    /// A schema with a long name (57 bytes, the longest the inbox's channel `<schema>_inbox` allows):
+    /// the client's channel does not grow with it, so answers are still notified.
+    @Test func aSchemaWithALongNameStillAnswers() async throws {
+        let database = try await TemporaryPostgres.shared().createDatabase()
+        let schema = "s" + String(repeating: "x", count: 56)
+        let node = try await ClusterNode(
+            connecting: database,
+            name: "solo",
+            program: ClusterTotals.program,
+            effects: EffectRouter(),
+            events: JSONCodec<Totals.Event>(),
+            states: JSONCodec<Int>(),
+            configuration: .init(schema: schema, heartbeat: .milliseconds(100), membershipTimeout: .seconds(1))
+        )
+        let running = Task { try await node.run() }
+        let client = try await ClusterClient(connecting: database, events: JSONCodec<Totals.Event>(), schema: schema)
+        let answer = try await client.request(to: "account-9", key: "k", timeout: .seconds(30)) { .add(6, replyTo: $0) }
+        #expect(answer == 6)
+        await client.close()
+        node.stop()
+        _ = try await running.value
+    }
+
     /// A node asks an entity that another node owns: the answer comes back through the database.
     @Test func aNodeAsksAnEntityAnotherNodeOwns() async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
@@ -296,6 +319,10 @@ struct ClusterRequestTests {
         }
         await #expect(throws: RequestError.self) {
             try await client.request(to: "bad\u{0}name", key: "k", timeout: .seconds(1)) { .add(1, replyTo: $0) }
+        }
+        // PostgreSQL's text holds no NUL: sent, it would fail every request sent in the same statement.
+        await #expect(throws: RequestError.invalid("a key with a NUL character")) {
+            try await client.request(to: "account-8", key: "a\u{0}b", timeout: .seconds(1)) { .add(1, replyTo: $0) }
         }
         #expect(try await Tests.query(database, "SELECT count(*) FROM effectloop.inbox") == "0")
         await client.close()
