@@ -38,11 +38,12 @@ public final class ClusterClient<Event: Sendable>: Sendable {
     /// The channel this client listens on: `effectloop_reply_` and 16 random hex digits (33 bytes,
     /// whatever the schema's name: PostgreSQL refuses to notify a channel of 64 bytes or more).
     private let channel: String
-    private let state = Mutex(Waiting())
+    // `Locked`, not `Synchronization.Mutex`: the thread sanitizer sees a `pthread_mutex_t`, not Mutex's lock.
+    private let state = Locked(Waiting())
     /// How long a request waits for a notification before the client reads its answer itself.
     private let pollInterval: Duration
 
-    /// What the client waits for, changed under the mutex.
+    /// What the client waits for, changed under the lock.
     private struct Waiting {
         /// The callers waiting, by reply address: almost always one each, several for repeats of a key
         /// made at once.
