@@ -456,10 +456,7 @@ public final class ClusterClient<Event: Sendable>: Sendable {
         guard let next else { return }
         // At most 50 ms: a caller registered meanwhile with an earlier deadline is not late by more.
         let until = min(next, now + pollInterval, now + .milliseconds(50))
-        let left = until - now
-        let milliseconds = Int32(
-            clamping: max(1, left.components.seconds * 1_000 + left.components.attoseconds / 1_000_000_000_000_000)
-        )
+        let milliseconds = Int32(clamping: max(1, (until - now).wholeMilliseconds))
         let (schema, channel) = (self.schema, self.channel)
         let outcome = listener.runInline { connection throws(PostgresError) -> [ReplyRow] in
             // A connection made anew (the last one broke) listens from now on: what was notified before

@@ -594,9 +594,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                     break
                 }
                 let left = max(.milliseconds(1), configuration.heartbeat - (ContinuousClock.now - beat))
-                let wait = Int32(
-                    clamping: left.components.seconds * 1_000 + left.components.attoseconds / 1_000_000_000_000_000
-                )
+                let wait = Int32(clamping: left.wholeMilliseconds)
                 // Woken early by a notification; rows that came meanwhile are read at the next tick.
                 if rows.count < configuration.batch {
                     _ = try await control.run { connection throws(PostgresError) in
@@ -720,10 +718,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// inbox rows of the shards it owns.
     private func tick() async throws -> [InboxRow] {
         let (schema, name, batch) = (configuration.schema, self.name, configuration.batch)
-        let timeout = Int64(
-            configuration.membershipTimeout.components.seconds * 1_000
-                + configuration.membershipTimeout.components.attoseconds / 1_000_000_000_000_000
-        )
+        let timeout = configuration.membershipTimeout.wholeMilliseconds
         let quietReleasing = releasable()
         let settled = settle()
         // Every 10 s, the answers kept past their time are swept, up to 50,000 (by every node: a sweep is cheap).
@@ -734,9 +729,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             ledger.sinceSweep = 0
             return true
         }
-        let kept =
-            min(configuration.answersKept.components.seconds, Int64.max / 2_000) * 1_000
-            + configuration.answersKept.components.attoseconds / 1_000_000_000_000_000
+        let kept = configuration.answersKept.wholeMilliseconds
         var begun = ledger.withLock { $0.ownership }
         let (marks, failed) = ledger.withLock { ledger in
             (Set(ledger.awake.keys), Set(ledger.failed.filter(\.value.failing).keys))
@@ -1167,17 +1160,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             ledger.withLock { _ = $0.answered.insert(request.row) }
         case .answered(recorded: let recorded?):
             // A repeat answered from the record: no append consumed its row, nor wrote the answer.
-            let answer: ReplyRow =
-                switch recorded {
-                case .success(let bytes): ReplyRow(stream: request.stream, reply: request.reply, payload: bytes)
-                case .failure(let error):
-                    ReplyRow(
-                        stream: request.stream,
-                        reply: request.reply,
-                        failure: ("failed", "the answer did not encode: \(error)")
-                    )
-                }
-            conclude([(request.row, answer)])
+            conclude([(request.row, ReplyRow(stream: request.stream, reply: request.reply, recorded: recorded))])
         case .failed(.keyReused(let key)):
             conclude([
                 (request.row, ReplyRow(stream: request.stream, reply: request.reply, failure: ("keyReused", key)))

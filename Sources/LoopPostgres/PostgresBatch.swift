@@ -9,6 +9,22 @@ struct ReplyRow: Sendable, Equatable {
     /// Why the request has no answer: its kind (`keyReused`, `invalid`, `failed`) and a reason.
     var failure: (kind: String, reason: String)? = nil
 
+    init(stream: String, reply: UInt64, payload: [UInt8]? = nil, failure: (kind: String, reason: String)? = nil) {
+        self.stream = stream
+        self.reply = reply
+        self.payload = payload
+        self.failure = failure
+    }
+
+    /// The row of an answer as recorded: its bytes, or, for one that did not encode, a failure.
+    init(stream: String, reply: UInt64, recorded: Result<[UInt8], CodecError>) {
+        switch recorded {
+        case .success(let bytes): self.init(stream: stream, reply: reply, payload: bytes)
+        case .failure(let error):
+            self.init(stream: stream, reply: reply, failure: ("failed", "the answer did not encode: \(error)"))
+        }
+    }
+
     static func == (lhs: ReplyRow, rhs: ReplyRow) -> Bool {
         lhs.stream == rhs.stream && lhs.reply == rhs.reply && lhs.payload == rhs.payload
             && lhs.failure?.kind == rhs.failure?.kind && lhs.failure?.reason == rhs.failure?.reason
@@ -245,18 +261,7 @@ enum PostgresBatch {
         var answers: [ReplyRow] = []
         for row in rows {
             for answer in answersOf(row.payload) {
-                switch answer.payload {
-                case .success(let bytes):
-                    answers.append(ReplyRow(stream: row.stream, reply: answer.reply, payload: bytes))
-                case .failure(let error):
-                    answers.append(
-                        ReplyRow(
-                            stream: row.stream,
-                            reply: answer.reply,
-                            failure: ("failed", "the answer did not encode: \(error)")
-                        )
-                    )
-                }
+                answers.append(ReplyRow(stream: row.stream, reply: answer.reply, recorded: answer.payload))
             }
         }
         return answers

@@ -6,6 +6,18 @@ internal import Dispatch
 /// for each statement, and keeps them while it grows.
 let keyedLookupsOnly = "SET enable_seqscan = off"
 
+extension Duration {
+    /// The duration in whole milliseconds (rounded down), clamped to `Int64`: what SQL intervals and
+    /// `poll` timeouts take.
+    var wholeMilliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000)
+        guard !overflow else { return seconds < 0 ? .min : .max }
+        let (sum, past) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000_000_000)
+        return past ? .max : sum
+    }
+}
+
 /// A connection and the serial queue it is used on: every use of the connection is a block on that
 /// queue, so libpq's one-thread-at-a-time rule holds, and blocking calls stay off Swift's cooperative
 /// threads.
