@@ -375,7 +375,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
 
     /// Asks the node to leave the cluster gracefully; ``run(report:)`` returns once it has.
     ///
-    /// The node stops taking inbox rows at its next heartbeat, lets its entities finish the events in
+    /// The node stops taking inbox rows after the read under way, lets its entities finish the events in
     /// flight and their effects until `gracePeriod` is over (the rows they did not commit stay in the
     /// inbox for the node that takes the shard), and releases its shards. Called again, it can only bring
     /// the deadline forward. A cancellation of the task running ``run(report:)`` stops it the same way,
@@ -408,6 +408,9 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     private let resume: @Sendable (State) -> [Effect]
     private let shards: Int
     private let ledger: Locked<Ledger>
+    /// Wakes the loop from its wait for the inbox's notifications when the session is asked to stop, so
+    /// a stop is heard at once, not at the next heartbeat.
+    private let wakeup = Wakeup()
     /// What the node holds and does, changed only by its own loop (and `stop`).
     private struct Ledger {
         /// The shards held and handed over, and the other nodes seen expired: changed only by
@@ -568,7 +571,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         _ = await group.waitUntilRunning()
         var failure: ClusterError?
         do {
-            let channel = "\(configuration.schema)_inbox"
+            let channel = PostgresSchema.inboxChannel(configuration.schema)
             _ = try await control.run { connection throws(PostgresError) in try connection.execute("LISTEN \(channel)")
             }
             // A cancelled task stops the node: it leaves, and its entities are cancelled below.
@@ -597,8 +600,8 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 let wait = Int32(clamping: left.wholeMilliseconds)
                 // Woken early by a notification; rows that came meanwhile are read at the next tick.
                 if rows.count < configuration.batch {
-                    _ = try await control.run { connection throws(PostgresError) in
-                        try connection.waitForNotification(milliseconds: wait)
+                    _ = try await control.run { [wakeup] connection throws(PostgresError) in
+                        try connection.waitForNotification(milliseconds: wait, wakeup: wakeup)
                     }
                 }
             }
@@ -698,6 +701,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             ledger.grace = grace
             return (grace, ledger.entitiesStopping)
         }
+        wakeup?.signal()
         // Already stopping its entities: the shorter grace period reaches them now.
         if forward { group.stop(gracePeriod: grace) }
     }
@@ -709,6 +713,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             ledger.cancelled = true
             return ledger.running
         }
+        wakeup?.signal()
         running?.cancel()
     }
 

@@ -269,15 +269,20 @@ package final class PostgresConnection {
         return body(copies.map { $0.map { UnsafePointer($0) } } + [nil])
     }
 
-    /// Waits up to `milliseconds` for a notification on a channel this connection listens to (`LISTEN`);
-    /// whether one (or more) arrived. All waiting notifications are consumed.
-    package func waitForNotification(milliseconds: Int32) throws(PostgresError) -> Bool {
+    /// Waits up to `milliseconds` for a notification on a channel this connection listens to (`LISTEN`),
+    /// or until `wakeup` is signalled; whether a notification (or more) arrived. All waiting
+    /// notifications are consumed.
+    package func waitForNotification(milliseconds: Int32, wakeup: Wakeup? = nil) throws(PostgresError) -> Bool {
         guard let connection else { throw PostgresError(.connection, message: "the connection is closed") }
         if drainNotifications(connection) { return true }
-        var descriptor = pollfd(fd: PQsocket(connection), events: Int16(POLLIN), revents: 0)
-        guard descriptor.fd >= 0 else { throw PostgresError(.connection, message: Self.message(of: connection)) }
-        let ready = poll(&descriptor, 1, milliseconds)
+        let socket = PQsocket(connection)
+        guard socket >= 0 else { throw PostgresError(.connection, message: Self.message(of: connection)) }
+        var descriptors = [pollfd(fd: socket, events: Int16(POLLIN), revents: 0)]
+        if let wakeup { descriptors.append(pollfd(fd: wakeup.descriptor, events: Int16(POLLIN), revents: 0)) }
+        let ready = poll(&descriptors, nfds_t(descriptors.count), milliseconds)
         guard ready > 0 else { return false }
+        if descriptors.count > 1 && descriptors[1].revents != 0 { wakeup?.clear() }
+        guard descriptors[0].revents != 0 else { return false }
         guard PQconsumeInput(connection) == 1 else {
             throw PostgresError(.connection, message: Self.message(of: connection))
         }

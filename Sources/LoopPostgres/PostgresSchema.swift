@@ -64,13 +64,7 @@ enum PostgresSchema {
                 CREATE TRIGGER inbox_route BEFORE INSERT ON \(schema).inbox
                 FOR EACH ROW EXECUTE FUNCTION \(schema).inbox_route()
                 """,
-                """
-                CREATE FUNCTION \(schema).inbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
-                BEGIN
-                    PERFORM pg_notify('\(schema)_inbox', '');
-                    RETURN NULL;
-                END $$
-                """,
+                inboxNotify(schema),
                 """
                 CREATE TRIGGER inbox_notify AFTER INSERT ON \(schema).inbox
                 FOR EACH STATEMENT EXECUTE FUNCTION \(schema).inbox_notify()
@@ -141,6 +135,30 @@ enum PostgresSchema {
         ]
     }
 
+    /// The channel the inbox's trigger notifies and the nodes listen on: `<schema>_inbox`, or, for a
+    /// schema whose name leaves no room for the suffix within PostgreSQL's 63 bytes, `effectloop_inbox_`
+    /// and 16 hexadecimal digits of a hash of the name (the same in every process).
+    static func inboxChannel(_ schema: String) -> String {
+        let plain = "\(schema)_inbox"
+        guard plain.utf8.count > 63 else { return plain }
+        // FNV-1a, 64 bits: stable across processes and releases, unlike `Hasher`.
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in schema.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        let digits = String(hash, radix: 16)
+        return "effectloop_inbox_" + String(repeating: "0", count: 16 - digits.count) + digits
+    }
+
+    /// The inbox's notification, one per inserting statement, on ``inboxChannel(_:)``.
+    static func inboxNotify(_ schema: String) -> String {
+        """
+        CREATE OR REPLACE FUNCTION \(schema).inbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_notify('\(inboxChannel(schema))', '');
+            RETURN NULL;
+        END $$
+        """
+    }
+
     /// Installs or upgrades `schema`; refuses a schema newer than this library knows.
     static func install(_ schema: String, on connection: PostgresConnection) throws(PostgresError) {
         let steps = migrations(schema)
@@ -167,6 +185,11 @@ enum PostgresSchema {
             }
             for step in steps[installed...] {
                 for statement in step { try connection.execute(statement) }
+            }
+            // A schema named too long for `<schema>_inbox` was installed by earlier releases with a
+            // notification PostgreSQL refuses, failing every insert into its inbox: set right.
+            if installed >= 2 && inboxChannel(schema) != "\(schema)_inbox" {
+                try connection.execute(inboxNotify(schema))
             }
             try connection.execute(
                 """

@@ -616,6 +616,36 @@ struct ClusterNodeTests {
         #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.events") == "1")
     }
 
+    /// A node waiting for the inbox's notifications (its heartbeat an hour away) hears a stop, and a
+    /// cancellation, at once: the wait is woken, not run out. (`eventually`'s limit, a minute, is a hang
+    /// guard, not a timing: without the wake-up the node leaves an hour later.)
+    @Test(arguments: [false, true])
+    func aNodeWaitingForItsHeartbeatLeavesWhenStopped(cancelling: Bool) async throws {
+        let database = try await TemporaryPostgres.shared().createDatabase()
+        let node = try await ClusterNode(
+            connecting: database,
+            name: "patient",
+            program: Counter.program,
+            effects: EffectRouter(),
+            events: JSONCodec<Counter.Event>(),
+            states: JSONCodec<Int>(),
+            configuration: .init(heartbeat: .seconds(3_600), membershipTimeout: .seconds(7_200))
+        )
+        let running = Task { try await node.run() }
+        let left = Locked(false)
+        let watcher = Task {
+            _ = try? await running.value
+            left.withLock { $0 = true }
+        }
+        try await Self.eventually("the node to hold every shard") { node.ownedShards.count == 64 }
+        if cancelling { running.cancel() } else { node.stop() }
+        try await Self.eventually("the node to leave") { left.withLock { $0 } }
+        guard left.withLock({ $0 }) else { return }
+        await watcher.value
+        #expect(node.ownedShards.isEmpty)
+        #expect(try await Self.query(database, "SELECT count(*) FROM effectloop.nodes") == "0")
+    }
+
     @Test func aGracefulStopGivesEffectsItsGracePeriodAndReportsTheDeadline() async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let (started, begun) = AsyncStream.makeStream(of: Void.self)

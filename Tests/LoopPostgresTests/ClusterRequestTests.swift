@@ -253,11 +253,52 @@ struct ClusterRequestTests {
         }
     }
 
-    /// A schema with a long name (57 bytes, the longest the inbox's channel `<schema>_inbox` allows):
-    /// the client's channel does not grow with it, so answers are still notified.
-    @Test func aSchemaWithALongNameStillAnswers() async throws {
+    /// A schema with a long name (57 bytes, the longest that leaves room for `<schema>_inbox`; 63, the
+    /// longest PostgreSQL allows, whose inbox notifies a channel named by the name's hash): the client's
+    /// channel does not grow with it, and the node is woken by the inbox's notification (its heartbeat
+    /// is longer than the request's timeout).
+    @Test(arguments: [57, 63])
+    func aSchemaWithALongNameStillAnswers(length: Int) async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
-        let schema = "s" + String(repeating: "x", count: 56)
+        let schema = "s" + String(repeating: "x", count: length - 1)
+        let node = try await ClusterNode(
+            connecting: database,
+            name: "solo",
+            program: ClusterTotals.program,
+            effects: EffectRouter(),
+            events: JSONCodec<Totals.Event>(),
+            states: JSONCodec<Int>(),
+            configuration: .init(schema: schema, heartbeat: .seconds(60), membershipTimeout: .seconds(120))
+        )
+        let running = Task { try await node.run() }
+        try await Tests.eventually("the node to hold every shard") { node.ownedShards.count == 64 }
+        let client = try await ClusterClient(connecting: database, events: JSONCodec<Totals.Event>(), schema: schema)
+        let answer = try await client.request(to: "account-9", key: "k", timeout: .seconds(30)) { .add(6, replyTo: $0) }
+        #expect(answer == 6)
+        await client.close()
+        node.stop()
+        _ = try await running.value
+    }
+
+    /// A store with a 63-byte schema name installed by an earlier release, whose inbox notified a channel
+    /// PostgreSQL refuses (so every insert failed), is set right when a client or node opens it.
+    @Test func aLongNamedInboxInstalledByAnEarlierReleaseIsSetRight() async throws {
+        let database = try await TemporaryPostgres.shared().createDatabase()
+        let schema = "s" + String(repeating: "y", count: 62)
+        await (try await PostgresEventStore(connecting: database, schema: schema)).close()
+        // The earlier release's notification.
+        _ = try await TemporaryPostgres.psql(
+            database,
+            sql: """
+                CREATE OR REPLACE FUNCTION \(schema).inbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN PERFORM pg_notify('\(schema)_inbox', ''); RETURN NULL; END $$
+                """
+        )
+        let broken = try? await TemporaryPostgres.psql(
+            database,
+            sql: "INSERT INTO \(schema).inbox (stream, payload) VALUES ('a', '\\x00')"
+        )
+        #expect(broken == nil, "the earlier release's inbox refuses inserts")
         let node = try await ClusterNode(
             connecting: database,
             name: "solo",
@@ -269,8 +310,8 @@ struct ClusterRequestTests {
         )
         let running = Task { try await node.run() }
         let client = try await ClusterClient(connecting: database, events: JSONCodec<Totals.Event>(), schema: schema)
-        let answer = try await client.request(to: "account-9", key: "k", timeout: .seconds(30)) { .add(6, replyTo: $0) }
-        #expect(answer == 6)
+        let answer = try await client.request(to: "account-1", key: "k", timeout: .seconds(30)) { .add(4, replyTo: $0) }
+        #expect(answer == 4)
         await client.close()
         node.stop()
         _ = try await running.value
