@@ -4,6 +4,49 @@ public import LoopPersistence
 public import LoopRuntime
 internal import Synchronization
 
+// The client's bookkeeping does not depend on its event type: kept outside the generic class, its code
+// is compiled for these types once (a type nested in a generic class is generic, and each use of it
+// looks its metadata up at run time).
+
+/// What a ``ClusterClient`` waits for, changed under its lock.
+private struct ClientWaiting {
+    /// The callers waiting, by reply address: almost always one each, several for repeats of a key
+    /// made at once.
+    var callers: [UInt64: [ClientCaller]] = [:]
+    /// Callers whose task was cancelled before they were registered.
+    var cancelledEarly: Set<UInt64> = []
+    /// Requests to insert, in order, for the writer's next batch.
+    var outbox: [ClientOutgoing] = []
+    var writing = false
+    var listening = false
+    var closed = false
+    /// When the listener next has something to do besides reading notifications (a deadline, a poll of
+    /// an answer not notified), at the earliest: its turns skip looking at every caller until then.
+    var nextLook: ContinuousClock.Instant?
+}
+
+/// A request waiting for its answer.
+private struct ClientCaller {
+    var id: UInt64
+    var stream: String
+    var key: String
+    var timeout: Duration
+    var deadline: ContinuousClock.Instant
+    /// When the client last read (or started to wait for) its answer.
+    var looked: ContinuousClock.Instant
+    var continuation: CheckedContinuation<Result<[UInt8], RequestError>, Never>
+}
+
+/// A request to insert.
+private struct ClientOutgoing: Sendable {
+    var caller: UInt64
+    var stream: String
+    var key: String
+    var reply: UInt64
+    var digest: UInt64
+    var payload: [UInt8]
+}
+
 /// Asks a cluster's entities from any process with a connection to its database: a request is an inbox
 /// row carrying its key and reply address; the node that owns the entity records the event and writes
 /// the answer in the same transaction (the reply only once its event is durable), and notifies this
@@ -39,43 +82,9 @@ public final class ClusterClient<Event: Sendable>: Sendable {
     /// whatever the schema's name: PostgreSQL refuses to notify a channel of 64 bytes or more).
     private let channel: String
     // `Locked`, not `Synchronization.Mutex`: the thread sanitizer sees a `pthread_mutex_t`, not Mutex's lock.
-    private let state = Locked(Waiting())
+    private let state = Locked(ClientWaiting())
     /// How long a request waits for a notification before the client reads its answer itself.
     private let pollInterval: Duration
-
-    /// What the client waits for, changed under the lock.
-    private struct Waiting {
-        /// The callers waiting, by reply address: almost always one each, several for repeats of a key
-        /// made at once.
-        var callers: [UInt64: [Caller]] = [:]
-        /// Callers whose task was cancelled before they were registered.
-        var cancelledEarly: Set<UInt64> = []
-        /// Requests to insert, in order, for the writer's next batch.
-        var outbox: [Outgoing] = []
-        var writing = false
-        var listening = false
-        var closed = false
-    }
-
-    private struct Caller {
-        var id: UInt64
-        var stream: String
-        var key: String
-        var timeout: Duration
-        var deadline: ContinuousClock.Instant
-        /// When the client last read (or started to wait for) its answer.
-        var looked: ContinuousClock.Instant
-        var continuation: CheckedContinuation<Result<[UInt8], RequestError>, Never>
-    }
-
-    private struct Outgoing: Sendable {
-        var caller: UInt64
-        var stream: String
-        var key: String
-        var reply: UInt64
-        var digest: UInt64
-        var payload: [UInt8]
-    }
 
     /// Connects to the database `conninfo` names, installs or upgrades the schema (as
     /// ``PostgresEventStore/init(connecting:schema:retention:)`` does) and starts listening for answers.
@@ -214,12 +223,19 @@ public final class ClusterClient<Event: Sendable>: Sendable {
         // PostgreSQL's text holds no NUL: such a key would fail the statement of every request sent with it.
         if let key, key.utf8.contains(0) { throw .invalid("a key with a NUL character") }
         let key = key ?? "effectloop-" + String(UInt64.random(in: 1...UInt64.max), radix: 16)
-        let outgoing: Outgoing
+        let outgoing: ClientOutgoing
         do {
             let placeholder = try events.encode(make(ReplyTo(id: 0)))
             let (reply, digest) = requestAddress(stream: entity, key: key, placeholder: placeholder)
             let payload = try events.encode(make(ReplyTo(id: reply)))
-            outgoing = Outgoing(caller: 0, stream: entity, key: key, reply: reply, digest: digest, payload: payload)
+            outgoing = ClientOutgoing(
+                caller: 0,
+                stream: entity,
+                key: key,
+                reply: reply,
+                digest: digest,
+                payload: payload
+            )
         } catch {
             throw .invalid("the event does not encode: \(error)")
         }
@@ -230,7 +246,7 @@ public final class ClusterClient<Event: Sendable>: Sendable {
         let outcome = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<[UInt8], RequestError>, Never>) in
                 let now = ContinuousClock.now
-                let caller = Caller(
+                let caller = ClientCaller(
                     id: id,
                     stream: entity,
                     key: key,
@@ -245,6 +261,8 @@ public final class ClusterClient<Event: Sendable>: Sendable {
                     if state.closed { return (.rejected(.stopped), false, false) }
                     if state.cancelledEarly.remove(id) != nil { return (.cancelled, false, false) }
                     state.callers[sent.reply, default: []].append(caller)
+                    let look = min(caller.deadline, caller.looked + pollInterval)
+                    state.nextLook = min(state.nextLook ?? look, look)
                     state.outbox.append(sent)
                     let write = !state.writing
                     let listen = !state.listening
@@ -260,7 +278,7 @@ public final class ClusterClient<Event: Sendable>: Sendable {
                 if listen { listener.schedule { self.listen() } }
             }
         } onCancel: {
-            let cancelled = state.withLock { state -> Caller? in
+            let cancelled = state.withLock { state -> ClientCaller? in
                 guard let reply = state.callers.first(where: { $0.value.contains { $0.id == id } })?.key,
                     let index = state.callers[reply]?.firstIndex(where: { $0.id == id })
                 else {
@@ -288,7 +306,7 @@ public final class ClusterClient<Event: Sendable>: Sendable {
     /// those not answered yet; the answered ones are answered at once.
     private func write() {
         while true {
-            let batch = state.withLock { state -> [Outgoing] in
+            let batch = state.withLock { state -> [ClientOutgoing] in
                 // At most 1,000 requests, and at most 64 MiB of events (PostgreSQL takes at most 1 GB in
                 // one parameter), but at least one.
                 var count = 0
@@ -319,8 +337,8 @@ public final class ClusterClient<Event: Sendable>: Sendable {
             case .success(let answered):
                 settle(answered)
             case .failure(let error):
-                let failed = state.withLock { state -> [Caller] in
-                    var failed: [Caller] = []
+                let failed = state.withLock { state -> [ClientCaller] in
+                    var failed: [ClientCaller] = []
                     for request in batch {
                         guard let callers = state.callers[request.reply],
                             let index = callers.firstIndex(where: { $0.id == request.caller })
@@ -340,7 +358,7 @@ public final class ClusterClient<Event: Sendable>: Sendable {
     /// Records (or finds) the `replies` row of each of `requests` and inserts the inbox rows of those not
     /// answered yet, in one statement; returns the rows of those answered already.
     private func insert(
-        _ requests: [Outgoing],
+        _ requests: [ClientOutgoing],
         schema: String,
         channel: String
     ) -> Result<[ReplyRow], PostgresError> {
@@ -367,10 +385,10 @@ public final class ClusterClient<Event: Sendable>: Sendable {
                 SELECT stream, reply, payload, failure_kind, failure FROM r WHERE answered
                 """,
                 [
-                    .text(channel), .texts(requests.map(\.stream)),
+                    .text(channel), .texts(requests.map { $0.stream }),
                     .ints(requests.map { Int64(bitPattern: $0.reply) }),
-                    .ints(requests.map { Int64(bitPattern: $0.digest) }), .texts(requests.map(\.key)),
-                    .blobs(requests.map(\.payload)),
+                    .ints(requests.map { Int64(bitPattern: $0.digest) }), .texts(requests.map { $0.key }),
+                    .blobs(requests.map { $0.payload }),
                 ],
                 prepared: true
             )
@@ -395,8 +413,8 @@ public final class ClusterClient<Event: Sendable>: Sendable {
     /// Hands each answer to the callers waiting for its address in its stream.
     private func settle(_ answers: [ReplyRow]) {
         guard !answers.isEmpty else { return }
-        let settled = state.withLock { state -> [(Caller, ReplyRow)] in
-            var settled: [(Caller, ReplyRow)] = []
+        let settled = state.withLock { state -> [(ClientCaller, ReplyRow)] in
+            var settled: [(ClientCaller, ReplyRow)] = []
             for answer in answers {
                 guard let callers = state.callers[answer.reply] else { continue }
                 let (mine, others) = (
@@ -433,22 +451,31 @@ public final class ClusterClient<Event: Sendable>: Sendable {
     private func listen() {
         let now = ContinuousClock.now
         let (expired, next, due) = state.withLock {
-            state -> ([Caller], ContinuousClock.Instant?, [(String, UInt64)]) in
-            var expired: [Caller] = []
+            state -> ([ClientCaller], ContinuousClock.Instant?, [(String, UInt64)]) in
+            // Nothing is due before `nextLook`: this turn only reads notifications.
+            if let nextLook = state.nextLook, now < nextLook, !state.callers.isEmpty, !state.closed {
+                return ([], nextLook, [])
+            }
+            var expired: [ClientCaller] = []
             var next: ContinuousClock.Instant?
             var due: [(String, UInt64)] = []
             for (reply, callers) in state.callers {
-                let (late, waiting) = (callers.filter { $0.deadline <= now }, callers.filter { $0.deadline > now })
-                expired += late
-                state.callers[reply] = waiting.isEmpty ? nil : waiting
+                if callers.contains(where: { $0.deadline <= now }) {
+                    expired += callers.filter { $0.deadline <= now }
+                    let waiting = callers.filter { $0.deadline > now }
+                    state.callers[reply] = waiting.isEmpty ? nil : waiting
+                }
+                guard let waiting = state.callers[reply] else { continue }
                 for index in waiting.indices {
-                    next = min(next ?? waiting[index].deadline, waiting[index].deadline)
                     if now - waiting[index].looked >= pollInterval {
                         due.append((waiting[index].stream, reply))
                         state.callers[reply]?[index].looked = now
                     }
+                    let looked = now - waiting[index].looked >= pollInterval ? now : waiting[index].looked
+                    next = min(next ?? waiting[index].deadline, waiting[index].deadline, looked + pollInterval)
                 }
             }
+            state.nextLook = next
             if state.callers.isEmpty || state.closed { state.listening = false }
             return (expired, state.listening ? next : nil, due)
         }
@@ -474,7 +501,7 @@ public final class ClusterClient<Event: Sendable>: Sendable {
                 guard let first = parts.first, let address = Int64(first) else { continue }
                 let reply = UInt64(bitPattern: address)
                 if parts.count == 2, let bytes = Self.bytes(hex: parts[1]) {
-                    let streams = state.withLock { state in Set((state.callers[reply] ?? []).map(\.stream)) }
+                    let streams = state.withLock { state in Set((state.callers[reply] ?? []).map { $0.stream }) }
                     answers += streams.map { ReplyRow(stream: $0, reply: reply, payload: bytes) }
                 } else {
                     read += state.withLock { state in (state.callers[reply] ?? []).map { ($0.stream, reply) } }
