@@ -33,6 +33,9 @@ let package = Package(
             name: "LoopTesting",
             dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopPersistence"]
         ),
+        // Not a product: the plumbing the demo, the benchmark and the tests share (child processes, a
+        // throwaway PostgreSQL server, the cluster's test programs). It links no test library.
+        .target(name: "LoopSupport", dependencies: ["LoopCore", "EventSources", "LoopRuntime", "LoopPersistence"]),
         .target(
             name: "LoopDemo",
             dependencies: [
@@ -43,7 +46,7 @@ let package = Package(
             name: "loop-demo",
             dependencies: [
                 "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopJournal", "LoopPersistence",
-                "LoopDemo", "LoopPostgres", "LoopTesting",
+                "LoopDemo", "LoopPostgres", "LoopSupport",
             ]
         ),
         .executableTarget(name: "fuzz-commands", dependencies: ["LoopDemo"]),
@@ -52,7 +55,7 @@ let package = Package(
             name: "loop-bench",
             dependencies: [
                 "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopPersistence", "LoopPostgres",
-                "LoopTesting",
+                "LoopSupport",
             ]
         ),
         .testTarget(name: "LoopCoreTests", dependencies: ["LoopCore"]),
@@ -64,7 +67,7 @@ let package = Package(
             name: "LoopDemoTests",
             dependencies: [
                 "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopDemo", "LoopPersistence",
-                "LoopPostgres", "LoopTesting",
+                "LoopPostgres", "LoopSupport", "LoopTesting",
                 "loop-demo",
             ]
         ),
@@ -75,8 +78,8 @@ let package = Package(
         .testTarget(
             name: "LoopPersistenceTests",
             dependencies: [
-                "LoopCore", "EffectHandlers", "EventSources", "LoopPersistence", "LoopRuntime", "LoopTesting",
-                "loop-bench",
+                "LoopCore", "EffectHandlers", "EventSources", "LoopPersistence", "LoopRuntime", "LoopSupport",
+                "LoopTesting", "loop-bench",
             ]
         ),
         .testTarget(
@@ -85,7 +88,10 @@ let package = Package(
         ),
         .testTarget(
             name: "LoopPostgresTests",
-            dependencies: ["LoopCore", "LoopPersistence", "LoopPostgres", "LoopRuntime", "LoopTesting", "loop-bench"]
+            dependencies: [
+                "LoopCore", "LoopPersistence", "LoopPostgres", "LoopRuntime", "LoopSupport", "LoopTesting",
+                "loop-bench",
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]

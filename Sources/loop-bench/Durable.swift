@@ -2,7 +2,7 @@ import EffectHandlers
 import LoopCore
 import LoopPersistence
 import LoopRuntime
-import LoopTesting
+import LoopSupport
 import Synchronization
 
 #if canImport(Glibc)

@@ -3,7 +3,7 @@ import EventSources
 import LoopCore
 import LoopPersistence
 import LoopRuntime
-import LoopTesting
+import LoopSupport
 import Synchronization
 
 #if canImport(Glibc)

@@ -2,7 +2,7 @@ import EffectHandlers
 import LoopCore
 import LoopPersistence
 import LoopRuntime
-import LoopTesting
+import LoopSupport
 
 // w13 and w15: requests to durable entities, each answered only once its event is on disk.
 

@@ -1,4 +1,4 @@
-import LoopTesting
+import LoopSupport
 
 #if canImport(Glibc)
 import Glibc

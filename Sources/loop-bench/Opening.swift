@@ -1,5 +1,5 @@
 import LoopPersistence
-import LoopTesting
+import LoopSupport
 
 #if canImport(Glibc)
 import Glibc

@@ -3,7 +3,7 @@ import LoopCore
 import LoopPersistence
 import LoopPostgres
 import LoopRuntime
-import LoopTesting
+import LoopSupport
 
 #if canImport(Glibc)
 import Glibc

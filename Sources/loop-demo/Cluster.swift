@@ -6,7 +6,7 @@ import LoopDemo
 import LoopPersistence
 import LoopPostgres
 import LoopRuntime
-import LoopTesting
+import LoopSupport
 
 // The job runner as a cluster: every job is an entity (its stream `job-NAME`) running today's pure
 // update, owned by whichever node owns its shard. PostgreSQL is the only channel between the nodes.

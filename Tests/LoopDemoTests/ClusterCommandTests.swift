@@ -1,4 +1,5 @@
 import Foundation
+import LoopSupport
 import LoopTesting
 import Testing
 

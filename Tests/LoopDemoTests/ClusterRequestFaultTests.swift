@@ -4,6 +4,7 @@ import LoopDemo
 import LoopPersistence
 import LoopPostgres
 import LoopRuntime
+import LoopSupport
 import LoopTesting
 import Testing
 

@@ -1,6 +1,7 @@
 import Foundation
 import LoopDemo
 import LoopRuntime
+import LoopSupport
 import LoopTesting
 import Testing
 

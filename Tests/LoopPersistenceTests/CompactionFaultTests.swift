@@ -1,4 +1,5 @@
 import LoopPersistence
+import LoopSupport
 import LoopTesting
 import Testing
 

@@ -1,6 +1,7 @@
 import EventSources
 import LoopPersistence
 import LoopRuntime
+import LoopSupport
 import LoopTesting
 import Testing
 

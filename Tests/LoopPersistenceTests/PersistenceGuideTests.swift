@@ -2,6 +2,7 @@ import EffectHandlers
 import LoopCore
 import LoopPersistence
 import LoopRuntime
+import LoopSupport
 import LoopTesting
 import Testing
 

@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import LoopPersistence
 import LoopPostgres
+import LoopSupport
 import LoopTesting
 import Testing
 

@@ -3,6 +3,7 @@ import LoopCore
 import LoopPersistence
 import LoopPostgres
 import LoopRuntime
+import LoopSupport
 import LoopTesting
 import Testing
 

@@ -1,6 +1,7 @@
 import LoopPersistence
 import LoopPostgres
 import LoopRuntime
+import LoopSupport
 import LoopTesting
 import Testing
 

@@ -1,5 +1,6 @@
 import LoopPersistence
 import LoopPostgres
+import LoopSupport
 import LoopTesting
 import Testing
 

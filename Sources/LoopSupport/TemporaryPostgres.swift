@@ -25,17 +25,17 @@ internal import Musl
 /// Every call that runs a program (`initdb`, `pg_ctl`, `psql`) is `async` and waits for it on a thread
 /// of its own, never on one of Swift's concurrency pool: the pool has one thread per core, and a test
 /// blocked there in `initdb` starves every other test of its process until their time limits pass.
-public final class TemporaryPostgres: Sendable {
+package final class TemporaryPostgres: Sendable {
     /// Why no server could be had: a sentence saying what to install or set.
-    public struct Unavailable: Error, CustomStringConvertible, Sendable {
+    package struct Unavailable: Error, CustomStringConvertible, Sendable {
         /// What went wrong.
-        public var description: String
+        package var description: String
     }
 
     /// The conninfo of the server, without a database name: add ` dbname=NAME`.
-    public let conninfo: String
+    package let conninfo: String
     /// The server's directory, when this process started it.
-    public let directory: String?
+    package let directory: String?
     private let stopCommand: [String]?
     /// `pg_ctl` and its arguments up to the action, for a server this process started.
     private let control: [String]?
@@ -47,7 +47,7 @@ public final class TemporaryPostgres: Sendable {
 
     /// The server this process shares between its tests: `EFFECTLOOP_POSTGRES`'s, or one started on
     /// first use with `fsync` off (a test's crash safety is not the server's).
-    public static func shared() async throws(Unavailable) -> TemporaryPostgres {
+    package static func shared() async throws(Unavailable) -> TemporaryPostgres {
         try await offThePool { () throws(Unavailable) in try startingShared() }
     }
 
@@ -105,7 +105,7 @@ public final class TemporaryPostgres: Sendable {
     /// connections on as well (port 5432, any client, without a password), for tests that cut a network
     /// link; by default the server listens on its Unix socket only. Stop it with ``stop()``; the watchdog
     /// stops it if this process dies first.
-    public convenience init(durable: Bool, listening address: String? = nil) async throws(Unavailable) {
+    package convenience init(durable: Bool, listening address: String? = nil) async throws(Unavailable) {
         self.init(
             try await offThePool { () throws(Unavailable) in try Self.start(durable: durable, listening: address) }
         )
@@ -170,18 +170,18 @@ public final class TemporaryPostgres: Sendable {
     /// session is ended, and the server accepts connections again once this returns.
     ///
     /// - Throws: ``Unavailable`` for a server this process did not start, or when `pg_ctl` fails.
-    public func restart() async throws(Unavailable) {
+    package func restart() async throws(Unavailable) {
         try await self.control(["restart", "-m", "fast"])
     }
 
     /// Shuts the server this process started down (`pg_ctl stop -m fast`), keeping its data:
     /// ``startAgain()`` brings it back, ``stop()`` removes it.
-    public func shutDown() async throws(Unavailable) {
+    package func shutDown() async throws(Unavailable) {
         try await self.control(["stop", "-m", "fast"])
     }
 
     /// Starts the server again after ``shutDown()``.
-    public func startAgain() async throws(Unavailable) {
+    package func startAgain() async throws(Unavailable) {
         try await self.control(["start"])
     }
 
@@ -193,7 +193,7 @@ public final class TemporaryPostgres: Sendable {
     }
 
     /// Creates an empty database and returns its conninfo.
-    public func createDatabase() async throws(Unavailable) -> String {
+    package func createDatabase() async throws(Unavailable) -> String {
         let name = "effectloop_\(getpid())_\(databases.add(1, ordering: .relaxed).newValue)"
         _ = try await Self.runOffThePool(Self.psql(conninfo + " dbname=postgres", "CREATE DATABASE \(name)"))
         return conninfo + " dbname=\(name)"
@@ -201,14 +201,14 @@ public final class TemporaryPostgres: Sendable {
 
     /// Stops the server this process started and removes its directory (nothing for an existing one).
     /// Synchronous, so that a `defer` can call it: `pg_ctl stop -m immediate` returns within moments.
-    public func stop() {
+    package func stop() {
         guard let stopCommand, !stopped.exchange(true, ordering: .relaxed) else { return }
         _ = try? Self.run(stopCommand)
     }
 
     /// Runs `sql` in the database `conninfo` names, with `psql`; its output.
     @discardableResult
-    public static func psql(_ conninfo: String, sql: String) async throws(Unavailable) -> String {
+    package static func psql(_ conninfo: String, sql: String) async throws(Unavailable) -> String {
         try await runOffThePool(psql(conninfo, sql))
     }
 
