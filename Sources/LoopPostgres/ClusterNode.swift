@@ -249,8 +249,8 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     /// Joins the cluster and processes its shards' inboxes until ``stop(gracePeriod:)``; then leaves
     /// gracefully: stops taking rows, lets the events in flight commit, releases its shards. When the
     /// task running it is cancelled, it leaves at once: its entities are cancelled (the rows they had not
-    /// committed stay in the inbox) and it returns within a heartbeat. Returns what the node's entities
-    /// did, added up over its sessions; the report's ending is the last session's.
+    /// committed stay in the inbox) and it returns without waiting for its next heartbeat. Returns what the
+    /// node's entities did, added up over its sessions; the report's ending is the last session's.
     ///
     /// When the node loses its session with the database (the connection breaks, the database restarts,
     /// the node's lease expired while it was paused, an append is fenced because another node took the

@@ -1,6 +1,6 @@
 /// The store's tables, installed and upgraded in order, each step once, under an advisory lock so two
 /// processes starting together do not both install.
-enum PostgresSchema {
+package enum PostgresSchema {
     /// The steps, in order; the schema's version is how many have run.
     static func migrations(_ schema: String) -> [[String]] {
         [
@@ -138,7 +138,7 @@ enum PostgresSchema {
     /// The channel the inbox's trigger notifies and the nodes listen on: `<schema>_inbox`, or, for a
     /// schema whose name leaves no room for the suffix within PostgreSQL's 63 bytes, `effectloop_inbox_`
     /// and 16 hexadecimal digits of a hash of the name (the same in every process).
-    static func inboxChannel(_ schema: String) -> String {
+    package static func inboxChannel(_ schema: String) -> String {
         let plain = "\(schema)_inbox"
         guard plain.utf8.count > 63 else { return plain }
         // FNV-1a, 64 bits: stable across processes and releases, unlike `Hasher`.
@@ -187,9 +187,15 @@ enum PostgresSchema {
                 for statement in step { try connection.execute(statement) }
             }
             // A schema named too long for `<schema>_inbox` was installed by earlier releases with a
-            // notification PostgreSQL refuses, failing every insert into its inbox: set right.
+            // notification PostgreSQL refuses, failing every insert into its inbox: set right, once (a
+            // function is replaced only by its owner, and a store's user need not own it).
             if installed >= 2 && inboxChannel(schema) != "\(schema)_inbox" {
-                try connection.execute(inboxNotify(schema))
+                let source = try connection.execute(
+                    "SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure($1)",
+                    [.text("\(schema).inbox_notify()")]
+                )
+                let current = source.rows.isEmpty ? "" : try source.text(0, 0)
+                if !current.contains(inboxChannel(schema)) { try connection.execute(inboxNotify(schema)) }
             }
             try connection.execute(
                 """

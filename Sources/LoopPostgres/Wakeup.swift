@@ -5,23 +5,22 @@ internal import Musl
 #endif
 
 /// Wakes a thread blocked in `poll` (a connection waiting for notifications) from any other thread: a
-/// pipe whose read end the waiter polls beside its socket, and whose write end ``signal()`` writes a
-/// byte to. A signal given before the wait begins is not lost: the byte waits in the pipe.
+/// connected pair of sockets, one end polled by the waiter beside its connection's socket, the other
+/// written a byte to by ``signal()``. A signal given before the wait begins is not lost: the byte waits.
 package final class Wakeup: Sendable {
     /// The read end, for `poll`.
     let descriptor: Int32
     private let writeEnd: Int32
 
-    /// A pipe of its own; `nil` when the process has no descriptor left (the waiter then wakes only when
+    /// A socket pair of its own; `nil` when the process has no descriptor left (the waiter then wakes only when
     /// its wait runs out).
     package init?() {
         var ends: [Int32] = [0, 0]
-        guard pipe(&ends) == 0 else { return nil }
-        for end in ends {
-            // Non-blocking: a full pipe wakes the waiter already, and a clear never blocks.
-            _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
-            _ = fcntl(end, F_SETFD, FD_CLOEXEC)
-        }
+        // A socket pair rather than `pipe`, for its flags at creation (Glibc's module has no `pipe2`).
+        // Non-blocking: a full buffer wakes the waiter already, and a clear never blocks. Closed on exec
+        // from the start: a child spawned meanwhile (a job's command) must not inherit either end.
+        let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
+        guard socketpair(AF_UNIX, type, 0, &ends) == 0 else { return nil }
         (descriptor, writeEnd) = (ends[0], ends[1])
     }
 
@@ -31,7 +30,7 @@ package final class Wakeup: Sendable {
         _ = write(writeEnd, &byte, 1)
     }
 
-    /// Empties the pipe, once the waiter has woken.
+    /// Empties the waiter's end, once it has woken.
     func clear() {
         var bytes = [UInt8](repeating: 0, count: 64)
         while read(descriptor, &bytes, bytes.count) > 0 {}

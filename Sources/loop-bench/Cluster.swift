@@ -32,6 +32,9 @@ func runClusterNode(_ words: [String]) async -> Int32 {
     // it has just restarted) ends the process cleanly instead of killing it.
     signal(SIGTERM, SIG_IGN)
     let stopping = Locked<(requested: Bool, node: (any Runnable)?)>((false, nil))
+    // Emptied once the node has left: dispatch releases the cancelled handler (which holds the cell) when
+    // it pleases, and a node still alive at exit is a leak to LeakSanitizer (its weak-reference table).
+    defer { stopping.withLock { $0.node = nil } }
     let terminate = DispatchSource.makeSignalSource(signal: SIGTERM)
     terminate.setEventHandler {
         stopping.withLock { stopping in

@@ -1,6 +1,5 @@
 import Foundation
 import LoopSupport
-import LoopTesting
 import Testing
 
 /// `loop-demo node`, `submit` and `jobs`: the job runner as a cluster, through the real binary.

@@ -2,7 +2,6 @@ import Foundation
 import LoopDemo
 import LoopRuntime
 import LoopSupport
-import LoopTesting
 import Testing
 
 #if canImport(Glibc)

@@ -2,7 +2,6 @@ import EventSources
 import LoopPersistence
 import LoopRuntime
 import LoopSupport
-import LoopTesting
 import Testing
 
 #if canImport(Glibc)

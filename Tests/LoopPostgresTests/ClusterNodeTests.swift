@@ -4,7 +4,6 @@ import LoopPersistence
 import LoopPostgres
 import LoopRuntime
 import LoopSupport
-import LoopTesting
 import Testing
 
 /// Nodes of entities that add up what they are sent (the benchmark's cluster program).

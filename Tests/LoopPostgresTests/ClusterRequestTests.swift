@@ -4,7 +4,6 @@ import LoopPersistence
 import LoopPostgres
 import LoopRuntime
 import LoopSupport
-import LoopTesting
 import Testing
 
 /// Nodes of entities that answer requests with their new total.
@@ -282,7 +281,9 @@ struct ClusterRequestTests {
     }
 
     /// A store with a 63-byte schema name installed by an earlier release, whose inbox notified a channel
-    /// PostgreSQL refuses (so every insert failed), is set right when a client or node opens it.
+    /// PostgreSQL refuses (so every insert failed), is set right when a node opens it, once: opened
+    /// again, the function is left alone (only its owner may replace it). The node's heartbeat is longer
+    /// than the request's timeout, so the answer proves the trigger notifies the channel the node hears.
     @Test func aLongNamedInboxInstalledByAnEarlierReleaseIsSetRight() async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let schema = "s" + String(repeating: "y", count: 62)
@@ -307,15 +308,36 @@ struct ClusterRequestTests {
             effects: EffectRouter(),
             events: JSONCodec<Totals.Event>(),
             states: JSONCodec<Int>(),
-            configuration: .init(schema: schema, heartbeat: .milliseconds(100), membershipTimeout: .seconds(1))
+            configuration: .init(schema: schema, heartbeat: .seconds(60), membershipTimeout: .seconds(120))
         )
         let running = Task { try await node.run() }
+        try await Tests.eventually("the node to hold every shard") { node.ownedShards.count == 64 }
         let client = try await ClusterClient(connecting: database, events: JSONCodec<Totals.Event>(), schema: schema)
         let answer = try await client.request(to: "account-1", key: "k", timeout: .seconds(30)) { .add(4, replyTo: $0) }
         #expect(answer == 4)
         await client.close()
         node.stop()
         _ = try await running.value
+        let version = "SELECT xmin FROM pg_proc WHERE oid = to_regprocedure('\(schema).inbox_notify()')"
+        let repaired = try await Tests.query(database, version)
+        await (try await PostgresEventStore(connecting: database, schema: schema)).close()
+        #expect(try await Tests.query(database, version) == repaired)
+    }
+
+    /// The channel of a schema named too long for `<schema>_inbox` is the same in every process and
+    /// release (nodes of different releases must hear one trigger): pinned.
+    @Test func theInboxChannelOfALongSchemaNameIsPinned() {
+        #expect(
+            PostgresSchema.inboxChannel("s" + String(repeating: "y", count: 62)) == "effectloop_inbox_ea3535d70e1c1eac"
+        )
+        #expect(
+            PostgresSchema.inboxChannel("s" + String(repeating: "x", count: 62)) == "effectloop_inbox_171b5894ba763562"
+        )
+        #expect(PostgresSchema.inboxChannel("effectloop") == "effectloop_inbox")
+        #expect(
+            PostgresSchema.inboxChannel("s" + String(repeating: "x", count: 56)) == "s"
+                + String(repeating: "x", count: 56) + "_inbox"
+        )
     }
 
     /// A node asks an entity that another node owns: the answer comes back through the database.

@@ -1,7 +1,6 @@
 import LoopPersistence
 import LoopPostgres
 import LoopSupport
-import LoopTesting
 import Testing
 
 @Suite("PostgresInbox")
