@@ -251,8 +251,8 @@ public final class FileEventStore: AppendingWithCompletion {
             shared = Locked(Shared(opened))
         } catch {
             for descriptor in descriptors { Files.release(descriptor) }
-            Files.release(lockDescriptor)
-            Files.release(directoryDescriptor)
+            Files.unlockAndRelease(lockDescriptor)
+            Files.unlockAndRelease(directoryDescriptor)
             throw error
         }
         // What is there now is what the store stands by: a later open finds less only by loss.
@@ -270,8 +270,8 @@ public final class FileEventStore: AppendingWithCompletion {
             shared.segments = []
             shared.retired = []
         }
-        if lockDescriptor >= 0 { Files.release(lockDescriptor) }
-        if directoryDescriptor >= 0 { Files.release(directoryDescriptor) }
+        if lockDescriptor >= 0 { Files.unlockAndRelease(lockDescriptor) }
+        if directoryDescriptor >= 0 { Files.unlockAndRelease(directoryDescriptor) }
     }
 
     /// Closes the store: waits for the write under way, fails appends still queued, records in its
@@ -1502,8 +1502,8 @@ public final class FileEventStore: AppendingWithCompletion {
             let holder = (try? Files.readBytes(descriptor, count: 32, at: 0, path: path)).map {
                 String(decoding: $0, as: UTF8.self).filter(\.isNumber)
             }
-            Files.release(descriptor)
-            Files.release(folder)
+            Files.unlockAndRelease(descriptor)
+            Files.unlockAndRelease(folder)
             guard code == EWOULDBLOCK else {
                 throw Files.error("lock \(locked == folder ? directory : path)", code: code)
             }

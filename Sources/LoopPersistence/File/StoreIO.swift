@@ -90,6 +90,15 @@ enum Files {
         _ = close(descriptor)
     }
 
+    /// Unlocks a descriptor `flock`ed by this process, then closes it. Closing alone is not enough: a
+    /// child being spawned by another thread holds a copy of every descriptor until its `exec` (close-
+    /// on-exec closes them only then), and the lock, which belongs to the open file, holds as long as
+    /// any copy does, so the next open of the directory would find it taken by this very process.
+    static func unlockAndRelease(_ descriptor: Int32) {
+        _ = flock(descriptor, LOCK_UN)
+        _ = close(descriptor)
+    }
+
     /// Creates `path` as a directory unless it exists.
     static func makeDirectory(_ path: String) throws(EventStoreError) {
         guard path.withCString({ mkdir($0, 0o755) }) == 0 || errno == EEXIST else { throw error("create \(path)") }
