@@ -21,17 +21,17 @@ let package = Package(
         .target(name: "EffectHandlers", dependencies: ["LoopCore"]),
         .target(name: "EventSources", dependencies: ["LoopCore"]),
         .target(name: "LoopRuntime", dependencies: ["LoopCore", "EffectHandlers", "EventSources"]),
-        .target(name: "LoopJournal", dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime"]),
+        .target(name: "LoopJournal", dependencies: ["LoopCore", "LoopRuntime"]),
         .target(name: "LoopPersistence", dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"]),
         // libpq, the PostgreSQL client library, found through pkg-config; only LoopPostgres links it.
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .target(
             name: "LoopPostgres",
-            dependencies: ["CLibPQ", "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopPersistence"]
+            dependencies: ["CLibPQ", "LoopCore", "EffectHandlers", "LoopRuntime", "LoopPersistence"]
         ),
         .target(
             name: "LoopTesting",
-            dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopPersistence"]
+            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopPersistence"]
         ),
         // Not a product: the plumbing the demo, the benchmark and the tests share (child processes, a
         // throwaway PostgreSQL server, the cluster's test programs). It links no test library.
@@ -66,8 +66,8 @@ let package = Package(
         .testTarget(
             name: "LoopDemoTests",
             dependencies: [
-                "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopDemo", "LoopPersistence",
-                "LoopPostgres", "LoopSupport", "LoopTesting",
+                "LoopCore", "EffectHandlers", "LoopRuntime", "LoopDemo", "LoopPersistence", "LoopPostgres",
+                "LoopSupport", "LoopTesting",
                 "loop-demo",
             ]
         ),
