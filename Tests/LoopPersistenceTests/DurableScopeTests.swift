@@ -116,7 +116,9 @@ extension Filing {
             for n in 0..<20 {
                 callers.addTask {
                     try await CallerID.$current.withValue("caller-\(n)") {
-                        try await ledgers.request(to: "filing-\(n % 2)", timeout: .seconds(60)) {
+                        // A hang guard, not a timing: under the thread sanitizer every test of the
+                        // process shares two cores, and one request once waited more than a minute.
+                        try await ledgers.request(to: "filing-\(n % 2)", timeout: .seconds(600)) {
                             .record(n, replyTo: $0)
                         }
                     }
@@ -159,7 +161,8 @@ extension Filing {
         let running = Task { try await filing.run() }
         for n in 100..<110 {
             _ = try await CallerID.$current.withValue("caller-\(n)") {
-                try await filing.request(timeout: .seconds(60)) { .record(n, replyTo: $0) }
+                // A hang guard, as above.
+                try await filing.request(timeout: .seconds(600)) { .record(n, replyTo: $0) }
             }
         }
         await eventually("every filing") { seen.withLock { $0.count } == 20 }
