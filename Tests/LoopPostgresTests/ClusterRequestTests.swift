@@ -261,23 +261,7 @@ struct ClusterRequestTests {
     func aSchemaWithALongNameStillAnswers(length: Int) async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let schema = "s" + String(repeating: "x", count: length - 1)
-        let node = try await ClusterNode(
-            connecting: database,
-            name: "solo",
-            program: ClusterTotals.program,
-            effects: EffectRouter(),
-            events: JSONCodec<Totals.Event>(),
-            states: JSONCodec<Int>(),
-            configuration: .init(schema: schema, heartbeat: .seconds(60), membershipTimeout: .seconds(120))
-        )
-        let running = Task { try await node.run() }
-        try await Tests.eventually("the node to hold every shard") { node.ownedShards.count == 64 }
-        let client = try await ClusterClient(connecting: database, events: JSONCodec<Totals.Event>(), schema: schema)
-        let answer = try await client.request(to: "account-9", key: "k", timeout: .seconds(30)) { .add(6, replyTo: $0) }
-        #expect(answer == 6)
-        await client.close()
-        node.stop()
-        _ = try await running.value
+        #expect(try await Self.askWithoutHeartbeats(database, schema: schema, adding: 6) == 6)
     }
 
     /// A store with a 63-byte schema name installed by an earlier release, whose inbox notified a channel
@@ -301,6 +285,17 @@ struct ClusterRequestTests {
             sql: "INSERT INTO \(schema).inbox (stream, payload) VALUES ('a', '\\x00')"
         )
         #expect(broken == nil, "the earlier release's inbox refuses inserts")
+        #expect(try await Self.askWithoutHeartbeats(database, schema: schema, adding: 4) == 4)
+        let version = "SELECT xmin FROM pg_proc WHERE oid = to_regprocedure('\(schema).inbox_notify()')"
+        let repaired = try await Tests.query(database, version)
+        await (try await PostgresEventStore(connecting: database, schema: schema)).close()
+        #expect(try await Tests.query(database, version) == repaired)
+    }
+
+    /// Runs one node in `schema` whose heartbeat (a minute) is longer than the request's timeout, asks it
+    /// through a client to add `amount` to an entity, and stops it: the answer, which only the inbox's
+    /// notification can have brought in time.
+    static func askWithoutHeartbeats(_ database: String, schema: String, adding amount: Int) async throws -> Int {
         let node = try await ClusterNode(
             connecting: database,
             name: "solo",
@@ -313,15 +308,13 @@ struct ClusterRequestTests {
         let running = Task { try await node.run() }
         try await Tests.eventually("the node to hold every shard") { node.ownedShards.count == 64 }
         let client = try await ClusterClient(connecting: database, events: JSONCodec<Totals.Event>(), schema: schema)
-        let answer = try await client.request(to: "account-1", key: "k", timeout: .seconds(30)) { .add(4, replyTo: $0) }
-        #expect(answer == 4)
+        let answer = try await client.request(to: "account-1", key: "k", timeout: .seconds(30)) {
+            .add(amount, replyTo: $0)
+        }
         await client.close()
         node.stop()
         _ = try await running.value
-        let version = "SELECT xmin FROM pg_proc WHERE oid = to_regprocedure('\(schema).inbox_notify()')"
-        let repaired = try await Tests.query(database, version)
-        await (try await PostgresEventStore(connecting: database, schema: schema)).close()
-        #expect(try await Tests.query(database, version) == repaired)
+        return answer
     }
 
     /// The channel of a schema named too long for `<schema>_inbox` is the same in every process and
