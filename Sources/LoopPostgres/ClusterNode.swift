@@ -246,6 +246,22 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         supervision.withLock { $0.current }.state(of: entity)
     }
 
+    /// The state of the entity `entity` as recorded in the database, wherever in the cluster it runs:
+    /// its latest snapshot and the events after it, folded through the program, read only
+    /// (``/LoopPersistence/DurableProgram/recordedState(of:in:events:states:)``). An answer to a request
+    /// is given only once its event is recorded, so a read after an answer sees that answer's event.
+    /// Rows still in the inbox are not in it. An entity with no events has the program's initial state.
+    ///
+    /// ```swift
+    /// let balance = try await node.recordedState(of: "account-17").balance
+    /// ```
+    ///
+    /// - Throws: ``/LoopPersistence/DurableLoopError/storeFailed(_:)`` when the database cannot be read
+    ///   (the node is between sessions, or has stopped) or a record does not decode.
+    public func recordedState(of entity: String) async throws(DurableLoopError) -> State {
+        try await supervision.withLock { $0.current }.recordedState(of: entity)
+    }
+
     /// Joins the cluster and processes its shards' inboxes until ``stop(gracePeriod:)``; then leaves
     /// gracefully: stops taking rows, lets the events in flight commit, releases its shards. When the
     /// task running it is cancelled, it leaves at once: its entities are cancelled (the rows they had not
@@ -403,7 +419,10 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     let holder: Int32
     private let lease: LeaseKeeper
     private let group: DurableLoopGroup<String, State, Inboxed<Event>, Effect>
+    /// The program, kept to read entities' recorded states (``recordedState(of:)``).
+    private let program: DurableProgram<State, Inboxed<Event>, Effect>
     private let events: any EventCodec<Event>
+    private let states: any EventCodec<State>
     /// The program's `resume`: an entity whose state resumes nothing is settled.
     private let resume: @Sendable (State) -> [Effect]
     private let shards: Int
@@ -459,7 +478,9 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     ) async throws {
         self.name = name
         self.configuration = configuration
+        self.program = program
         self.events = events
+        self.states = states
         self.resume = program.resume
         let schema = configuration.schema
         store = try await PostgresEventStore(
@@ -554,6 +575,11 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// The state of a live entity of this session, or `nil`.
     func state(of entity: String) -> State? {
         group.state(of: entity)
+    }
+
+    /// The state the entity's recorded history makes, read through the session's store.
+    func recordedState(of entity: String) async throws(DurableLoopError) -> State {
+        try await program.recordedState(of: entity, in: store, events: InboxedCodec(events), states: states)
     }
 
     /// Joins the cluster and processes its shards' inboxes until ``stop(gracePeriod:)`` (then leaves gracefully:

@@ -355,10 +355,25 @@ struct ClusterRequestTests {
         #expect(answer == 9)
         #expect(b.state(of: entity) == 9)
         #expect(a.state(of: entity) == nil)
+        // Any node reads what is recorded, the owner's entity included, and the read starts nothing.
+        #expect(try await a.recordedState(of: entity) == 9)
+        #expect(try await b.recordedState(of: entity) == 9)
+        #expect(a.state(of: entity) == nil)
+        #expect(try await a.recordedState(of: "nobody") == 0)
         a.stop()
         b.stop()
         _ = try await runningA.value
         _ = try await runningB.value
+        // A node that stopped has no session with the database: its read is an error, not a state.
+        do {
+            let state = try await a.recordedState(of: entity)
+            Issue.record("a stopped node read \(state)")
+        } catch {
+            guard case .storeFailed = error else {
+                Issue.record("unexpected \(error)")
+                return
+            }
+        }
     }
 
     /// Hostile keys and names are refused before anything is sent.
