@@ -31,7 +31,7 @@ let package = Package(
         ),
         .target(
             name: "LoopTesting",
-            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopPersistence"]
+            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopPersistence", "LoopSupport"]
         ),
         // Not a product: the plumbing the demo, the benchmark and the tests share (child processes, a
         // throwaway PostgreSQL server, the cluster's test programs). It links no test library.
@@ -61,7 +61,7 @@ let package = Package(
         .testTarget(name: "LoopCoreTests", dependencies: ["LoopCore"]),
         .testTarget(
             name: "LoopTestingTests",
-            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopTesting"]
+            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopTesting", "LoopSupport"]
         ),
         .testTarget(
             name: "LoopDemoTests",
