@@ -34,6 +34,7 @@ let package = Package(
                 .product(name: "EffectHandlers", package: "EffectLoop"),
                 .product(name: "LoopRuntime", package: "EffectLoop"),
                 .product(name: "LoopPersistence", package: "EffectLoop"),
+                .product(name: "LoopPostgres", package: "EffectLoop"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -61,6 +62,7 @@ let package = Package(
             dependencies: [
                 "AccountsService", "accounts-service",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "LoopTesting", package: "EffectLoop"),
                 .product(name: "LoopCore", package: "EffectLoop"),
                 .product(name: "LoopRuntime", package: "EffectLoop"),
                 .product(name: "LoopPersistence", package: "EffectLoop"),

@@ -75,6 +75,9 @@ public enum Account {
         }
     }
 
+    /// The stream (and, in a cluster, the entity) of the account `id`.
+    public static func stream(of id: String) -> String { "account-\(id)" }
+
     /// The durable program of every account.
     public static let program = DurableProgram(initial: State(), update: Update(update)).replying(answer)
 }

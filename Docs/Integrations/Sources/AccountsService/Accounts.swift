@@ -1,6 +1,7 @@
 internal import EffectHandlers
 internal import LoopCore
 public import LoopPersistence
+public import LoopPostgres
 public import LoopRuntime
 
 /// Where the HTTP layer sends accounts' commands: the durable entities the service runs on, or, for a
@@ -36,7 +37,7 @@ public struct DurableAccounts: Accounts {
         keysKept: Int = 1_000
     ) {
         group = DurableLoopGroup(
-            stream: { "account-\($0)" },
+            stream: { Account.stream(of: $0) },
             program: Account.program,
             effects: EffectRouter(),
             store: store,
@@ -59,6 +60,55 @@ public struct DurableAccounts: Accounts {
 
     public func balance(of id: String) async throws -> Int {
         try await group.durableState(of: id).balance
+    }
+}
+
+/// Accounts as durable entities of a cluster: every process of the service is a ``/LoopPostgres/ClusterNode``
+/// of one PostgreSQL database, owning some of the accounts' shards. A command goes through the database's
+/// inbox to the node that owns its account, wherever that is, and its answer comes back once its event
+/// is recorded; when a node dies, the others take its shards, and a retry under the same request id gets
+/// the answer that was recorded.
+public struct ClusterAccounts: Accounts {
+    /// This process's node.
+    public let node: ClusterNode<Account.State, Account.Event, Account.Effect>
+    /// How long a command may wait for its answer.
+    public let timeout: Duration
+
+    /// Joins nothing yet: connects to the database named by `conninfo` as the node `name` (unique in the
+    /// cluster), installing the schema if it is new. Run ``node`` to join (a `RunnableService` does).
+    public init(
+        connecting conninfo: String,
+        name: String,
+        configuration: ClusterNode<Account.State, Account.Event, Account.Effect>.Configuration = .init(),
+        timeout: Duration = .seconds(5)
+    ) async throws {
+        node = try await ClusterNode(
+            connecting: conninfo,
+            name: name,
+            program: Account.program,
+            effects: EffectRouter(),
+            events: BinaryCodec<Account.Event>(),
+            states: BinaryCodec<Account.State>(),
+            configuration: configuration
+        )
+        self.timeout = timeout
+    }
+
+    public func perform(
+        _ command: Account.Command,
+        on id: String,
+        requestID: String?
+    ) async throws(RequestError)
+        -> Account.Outcome
+    {
+        try await node.request(to: Account.stream(of: id), key: requestID, timeout: timeout) {
+            .command(command, replyTo: $0)
+        }
+    }
+
+    /// The balance as recorded in the database, whichever node owns the account.
+    public func balance(of id: String) async throws -> Int {
+        try await node.recordedState(of: Account.stream(of: id)).balance
     }
 }
 

@@ -13,27 +13,32 @@ internal import Prometheus
 internal import ServiceLifecycle
 internal import UnixSignals
 
-/// `accounts-service [--port N] [--host ADDRESS] [--store DIR | --postgres CONNINFO | --memory]`
+/// `accounts-service [--port N] [--host ADDRESS] [--store DIR | --postgres CONNINFO [--node NAME] | --memory]`
 ///
 /// Serves the accounts API until SIGTERM or SIGINT, then stops gracefully: the HTTP server finishes
 /// the requests it has, the accounts record what they took, the store closes, and the accounts'
 /// report is logged; exit status 0. It prints `listening on HOST:PORT` once it accepts connections.
+///
+/// With `--postgres`, the process is a node of a cluster: every process started with the same
+/// database shares the accounts, each owning some of their shards, and answers for any account.
+/// `--node` names the node (unique in the cluster; by default the host's name and the process id).
 struct Options {
     var host = "127.0.0.1"
     var port = 8080
     var store = "accounts-data"
     var postgres: String?
+    var node: String?
     var memory = false
 
     static let usage =
-        "usage: accounts-service [--port N] [--host ADDRESS] [--store DIR | --postgres CONNINFO | --memory]"
+        "usage: accounts-service [--port N] [--host ADDRESS] [--store DIR | --postgres CONNINFO [--node NAME] | --memory]"
 
     init(_ arguments: [String]) throws(UsageError) {
         var rest = arguments[...]
         while let argument = rest.popFirst() {
             switch argument {
             case "--memory": memory = true
-            case "--port", "--host", "--store", "--postgres":
+            case "--port", "--host", "--store", "--postgres", "--node":
                 guard let value = rest.popFirst() else { throw UsageError("\(argument) needs a value") }
                 switch argument {
                 case "--port":
@@ -43,6 +48,7 @@ struct Options {
                     self.port = port
                 case "--host": host = value
                 case "--store": store = value
+                case "--node": node = value
                 default: postgres = value
                 }
             default: throw UsageError("unknown argument \(argument)")
@@ -53,6 +59,7 @@ struct Options {
         guard stores.count <= 1 else {
             throw UsageError("give one of --store, --postgres and --memory, once")
         }
+        guard node == nil || postgres != nil else { throw UsageError("--node names a node of --postgres's cluster") }
     }
 }
 
@@ -77,19 +84,16 @@ func serve(_ options: Options) async throws {
         let memory = MemoryAccounts(observer: observer)
         services.append(RunnableService(memory.group, name: "accounts", logger: logger))
         accounts = memory
+    } else if let conninfo = options.postgres {
+        let name = options.node ?? "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
+        let cluster = try await ClusterAccounts(connecting: conninfo, name: name)
+        services.append(RunnableService(cluster.node, name: "accounts", logger: logger))
+        accounts = cluster
     } else {
-        let store: any EventStore
-        if let conninfo = options.postgres {
-            let postgres = try await PostgresEventStore(connecting: conninfo)
-            services.append(ClosingService("postgres store") { await postgres.close() })
-            store = postgres
-        } else {
-            try FileManager.default.createDirectory(atPath: options.store, withIntermediateDirectories: true)
-            let file = try FileEventStore(directory: options.store)
-            services.append(ClosingService("file store") { await file.close() })
-            store = file
-        }
-        let durable = DurableAccounts(store: store, observer: observer)
+        try FileManager.default.createDirectory(atPath: options.store, withIntermediateDirectories: true)
+        let file = try FileEventStore(directory: options.store)
+        services.append(ClosingService("file store") { await file.close() })
+        let durable = DurableAccounts(store: file, observer: observer)
         services.append(RunnableService(durable.group, name: "accounts", logger: logger))
         accounts = durable
     }

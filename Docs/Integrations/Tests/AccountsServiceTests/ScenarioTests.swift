@@ -21,6 +21,9 @@ import Glibc
     /// balance.
     final class Load: Sendable {
         let port = Atomic<Int>(0)
+        /// The port of a second process of the service (a second node of a cluster), 0 for none: the
+        /// odd-numbered clients ask it while it runs.
+        let second = Atomic<Int>(0)
         let answered = Atomic<Int>(0)
         let unavailable = Atomic<Int>(0)
         /// Set when the test ends, however it ends: the clients give up.
@@ -47,7 +50,8 @@ import Glibc
         for number in 1...depositsPerClient {
             while true {
                 if load.over.load(ordering: .relaxed) { return }
-                let port = load.port.load(ordering: .relaxed)
+                let second = index % 2 == 1 ? load.second.load(ordering: .relaxed) : 0
+                let port = second > 0 ? second : load.port.load(ordering: .relaxed)
                 guard port > 0, let answer = deposit(port: port, client: index, number: number) else {
                     usleep(5_000)
                     continue

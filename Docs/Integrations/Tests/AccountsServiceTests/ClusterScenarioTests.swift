@@ -1,0 +1,74 @@
+import Foundation
+import LoopTesting
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension ScenarioTests {
+    /// Two processes of the service on one PostgreSQL database (`--postgres`), each a node owning some of
+    /// the accounts' shards and answering for every account. The even-numbered clients ask node a, the
+    /// odd-numbered ones node b. Mid-load node b is killed with SIGKILL, or stopped with SIGTERM; its
+    /// clients go on with node a, which takes b's shards and the requests b left in the inbox, and
+    /// retries under the same request id get the answers that were recorded. At the end every account
+    /// holds exactly the sum of its deposits and every answer a client got was the running sum.
+    @Test(.timeLimit(.minutes(5)), arguments: [SIGKILL, SIGTERM])
+    func aClusterOfTwoServicesLosesNoDepositWhenOneGoes(disruption: Int32) async throws {
+        let conninfo = try await ThrowawayPostgres.database()
+        let directory = NSTemporaryDirectory() + "accounts-cluster-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let load = Load()
+        defer { load.over.store(true, ordering: .relaxed) }
+        let a = try ServiceProcess(["--postgres", conninfo, "--node", "a"], log: directory + "/a.log")
+        let b = try ServiceProcess(["--postgres", conninfo, "--node", "b"], log: directory + "/b.log")
+        let portA = try #require(await a.port(), "node a did not start: \(a.output)")
+        let portB = try #require(await b.port(), "node b did not start: \(b.output)")
+        load.port.store(portA, ordering: .relaxed)
+        load.second.store(portB, ordering: .relaxed)
+
+        let clients = Task { await onThreads(Self.clients) { Self.client($0, load) } }
+        let total = Self.clients * Self.depositsPerClient
+        while load.answered.load(ordering: .relaxed) < total / 3 && load.problems.withLock({ $0.isEmpty }) {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        try #require(load.problems.withLock { $0 }.isEmpty, "\(load.problems.withLock { $0 })")
+        // From here b's clients ask a; what b was asked and did not answer, they ask a again.
+        load.second.store(0, ordering: .relaxed)
+        b.signal(disruption)
+        let status = try await b.exitStatus()
+        if disruption == SIGTERM {
+            #expect(status == 0, "\(b.output)")
+            #expect(b.output.contains("effectloop.ending=drained"), "\(b.output)")
+        } else {
+            #expect(status == 128 + SIGKILL)
+        }
+        #expect(load.answered.load(ordering: .relaxed) < total, "the load ended before the disruption")
+        await clients.value
+        #expect(load.problems.withLock { $0 }.isEmpty, "\(load.problems.withLock { $0 })")
+
+        let runningSums = (1...Self.depositsPerClient).map { $0 * ($0 + 1) / 2 }
+        for index in 0..<Self.clients {
+            #expect(load.balances.withLock { $0[index] } == runningSums, "client \(index)'s answers")
+            // The balance as recorded, read by a for accounts b owned too.
+            let account = HTTP.request(port: portA, "GET", "/accounts/client-\(index)")
+            #expect(account?.integer("balance") == runningSums.last, "client \(index)'s account")
+            let retry = Self.deposit(port: portA, client: index, number: 1)
+            #expect(retry?.status == 200 && retry?.integer("balance") == 1, "\(String(describing: retry))")
+        }
+        a.signal(SIGTERM)
+        #expect(try await a.exitStatus() == 0, "\(a.output)")
+    }
+
+    /// `--node` names a node of a cluster: without `--postgres` it is a usage error.
+    @Test(.timeLimit(.minutes(2))) func aNodeNameWithoutAClusterIsAUsageError() async throws {
+        let directory = NSTemporaryDirectory() + "accounts-usage-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let service = try ServiceProcess(["--node", "a"], log: directory + "/log")
+        #expect(try await service.exitStatus() == 64)
+        #expect(service.output.contains("--node names a node of --postgres's cluster"), "\(service.output)")
+    }
+}
