@@ -31,7 +31,11 @@ let package = Package(
         ),
         .target(
             name: "LoopTesting",
-            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopPersistence", "LoopSupport"]
+            dependencies: [
+                "LoopCore", "EffectHandlers", "LoopRuntime", "LoopPersistence",
+                // ThrowawayPostgres starts its server through LoopSupport, which is Linux-only.
+                .target(name: "LoopSupport", condition: .when(platforms: [.linux])),
+            ]
         ),
         // Not a product: the plumbing the demo, the benchmark and the tests share (child processes, a
         // throwaway PostgreSQL server, the cluster's test programs). It links no test library.

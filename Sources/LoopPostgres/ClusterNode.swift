@@ -1409,3 +1409,37 @@ public enum ClusterError: Error, Hashable, Sendable, CustomStringConvertible {
 }
 
 extension ClusterNode: Runnable {}
+
+extension ClusterNode {
+    /// The node as a ``/LoopRuntime/Runnable`` whose ``/LoopRuntime/Runnable/run()`` tells `report` of
+    /// each failure the node rides out (``run(report:)``): what a service framework's generic wrapper
+    /// runs, so that a lost session or an entity stopped by data it cannot read reaches the service's
+    /// log. The node's own ``run()`` reports nothing.
+    ///
+    /// ```swift
+    /// let service = RunnableService(node.reporting { logger.warning("\($0)") })
+    /// ```
+    public func reporting(_ report: @escaping @Sendable (ClusterError) -> Void) -> some Runnable {
+        ReportingClusterNode(node: self, report: report)
+    }
+}
+
+/// ``ClusterNode/reporting(_:)``'s node.
+private final class ReportingClusterNode<State: Sendable, Event: Sendable, Effect: Sendable>: Runnable {
+    let node: ClusterNode<State, Event, Effect>
+    let report: @Sendable (ClusterError) -> Void
+
+    init(node: ClusterNode<State, Event, Effect>, report: @escaping @Sendable (ClusterError) -> Void) {
+        self.node = node
+        self.report = report
+    }
+
+    @discardableResult
+    func run() async throws -> LoopReport {
+        try await node.run(report: report)
+    }
+
+    func stop(gracePeriod: Duration) {
+        node.stop(gracePeriod: gracePeriod)
+    }
+}

@@ -1,3 +1,4 @@
+#if os(Linux)
 internal import LoopSupport
 
 /// A PostgreSQL server for the tests of a service built on `LoopPostgres`, started by the test process
@@ -34,3 +35,4 @@ public enum ThrowawayPostgres {
         }
     }
 }
+#endif

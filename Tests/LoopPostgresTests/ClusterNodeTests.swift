@@ -240,7 +240,9 @@ struct ClusterNodeTests {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let (a, b) = (try await Counter.node(database, "a"), try await Counter.node(database, "b"))
         let reports = Counter.Reports()
-        let runningA = Task { try await a.run(report: reports.record) }
+        // Node a runs as a service framework runs it (`Runnable.run()`), reporting what it rides out.
+        let reporting = a.reporting(reports.record)
+        let runningA = Task { try await reporting.run() }
         let runningB = Task { try await b.run() }
         try await Self.eventually("the shards to be split") {
             a.ownedShards.count + b.ownedShards.count == 64 && !a.ownedShards.isEmpty && !b.ownedShards.isEmpty
@@ -277,7 +279,8 @@ struct ClusterNodeTests {
             Issue.record("reported \(reports.all)")
             return
         }
-        for node in [a, b] { node.stop() }
+        reporting.stop(gracePeriod: .seconds(30))
+        b.stop()
         _ = try await runningA.value
         _ = try await runningB.value
         try await Self.expectExactlyOnce(database, sent: 1_000)

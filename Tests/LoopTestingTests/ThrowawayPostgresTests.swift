@@ -1,3 +1,4 @@
+#if os(Linux)
 import LoopSupport
 import LoopTesting
 import Testing
@@ -16,3 +17,4 @@ import Testing
         await #expect(throws: (any Error).self) { try await TemporaryPostgres.psql(second, sql: "SELECT n FROM t") }
     }
 }
+#endif

@@ -13,7 +13,7 @@ internal import Prometheus
 internal import ServiceLifecycle
 internal import UnixSignals
 
-/// `accounts-service [--port N] [--host ADDRESS] [--store DIR | --postgres CONNINFO [--node NAME] | --memory]`
+/// `accounts-service [--port N] [--host ADDRESS] [--store DIR | --postgres CONNINFO --node NAME | --memory]`
 ///
 /// Serves the accounts API until SIGTERM or SIGINT, then stops gracefully: the HTTP server finishes
 /// the requests it has, the accounts record what they took, the store closes, and the accounts'
@@ -21,7 +21,7 @@ internal import UnixSignals
 ///
 /// With `--postgres`, the process is a node of a cluster: every process started with the same
 /// database shares the accounts, each owning some of their shards, and answers for any account.
-/// `--node` names the node (unique in the cluster; by default the host's name and the process id).
+/// `--node` names the node: unique in the cluster, and the same when the process is restarted.
 struct Options {
     var host = "127.0.0.1"
     var port = 8080
@@ -30,8 +30,14 @@ struct Options {
     var node: String?
     var memory = false
 
+    /// The cluster's database and this node's name, given together (`--postgres` and `--node`).
+    var cluster: (conninfo: String, node: String)? {
+        guard let postgres, let node else { return nil }
+        return (postgres, node)
+    }
+
     static let usage =
-        "usage: accounts-service [--port N] [--host ADDRESS] [--store DIR | --postgres CONNINFO [--node NAME] | --memory]"
+        "usage: accounts-service [--port N] [--host ADDRESS] [--store DIR | --postgres CONNINFO --node NAME | --memory]"
 
     init(_ arguments: [String]) throws(UsageError) {
         var rest = arguments[...]
@@ -60,6 +66,19 @@ struct Options {
             throw UsageError("give one of --store, --postgres and --memory, once")
         }
         guard node == nil || postgres != nil else { throw UsageError("--node names a node of --postgres's cluster") }
+        if postgres != nil {
+            // The name is the node's identity in the cluster, kept across its restarts (a new name at each
+            // start would leave a row behind in the nodes table after each crash).
+            guard let node else { throw UsageError("--postgres needs --node NAME, unique in the cluster") }
+            let allowed = node.unicodeScalars.allSatisfy {
+                $0.isASCII
+                    && ($0.properties.isAlphabetic || $0.properties.numericType != nil
+                        || "-_.".unicodeScalars.contains($0))
+            }
+            guard (1...40).contains(node.count), allowed else {
+                throw UsageError("--node takes 1 to 40 letters, digits, '-', '_' or '.'")
+            }
+        }
     }
 }
 
@@ -84,10 +103,13 @@ func serve(_ options: Options) async throws {
         let memory = MemoryAccounts(observer: observer)
         services.append(RunnableService(memory.group, name: "accounts", logger: logger))
         accounts = memory
-    } else if let conninfo = options.postgres {
-        let name = options.node ?? "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
+    } else if let (conninfo, name) = options.cluster {
         let cluster = try await ClusterAccounts(connecting: conninfo, name: name)
-        services.append(RunnableService(cluster.node, name: "accounts", logger: logger))
+        // What the node rides out (a lost session, an account whose records do not decode) is logged.
+        let node = cluster.node.reporting { [logger] failure in
+            logger.warning("effectloop cluster node failure", metadata: ["effectloop.failure": "\(failure)"])
+        }
+        services.append(RunnableService(node, name: "accounts", logger: logger))
         accounts = cluster
     } else {
         try FileManager.default.createDirectory(atPath: options.store, withIntermediateDirectories: true)

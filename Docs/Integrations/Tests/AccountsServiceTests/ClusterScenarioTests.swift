@@ -40,7 +40,9 @@ extension ScenarioTests {
         b.signal(disruption)
         let status = try await b.exitStatus()
         if disruption == SIGTERM {
+            // A graceful stop: b finishes what it took and hands its shards over; nobody was told 503.
             #expect(status == 0, "\(b.output)")
+            #expect(load.unavailable.load(ordering: .relaxed) == 0)
             #expect(b.output.contains("effectloop.ending=drained"), "\(b.output)")
         } else {
             #expect(status == 128 + SIGKILL)
@@ -62,13 +64,23 @@ extension ScenarioTests {
         #expect(try await a.exitStatus() == 0, "\(a.output)")
     }
 
-    /// `--node` names a node of a cluster: without `--postgres` it is a usage error.
-    @Test(.timeLimit(.minutes(2))) func aNodeNameWithoutAClusterIsAUsageError() async throws {
+    /// `--postgres` and `--node` go together, and a node's name is plain: anything else is a usage error.
+    @Test(
+        .timeLimit(.minutes(2)),
+        arguments: [
+            (["--node", "a"], "--node names a node of --postgres's cluster"),
+            (["--postgres", "dbname=x"], "--postgres needs --node NAME"),
+            (["--postgres", "dbname=x", "--node", ""], "--node takes 1 to 40 letters"),
+            (["--postgres", "dbname=x", "--node", "a b"], "--node takes 1 to 40 letters"),
+            (["--postgres", "dbname=x", "--node", String(repeating: "n", count: 41)], "--node takes 1 to 40 letters"),
+        ]
+    )
+    func aClusterNodeNeedsAPlainName(arguments: [String], message: String) async throws {
         let directory = NSTemporaryDirectory() + "accounts-usage-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let service = try ServiceProcess(["--node", "a"], log: directory + "/log")
+        let service = try ServiceProcess(arguments, log: directory + "/log")
         #expect(try await service.exitStatus() == 64)
-        #expect(service.output.contains("--node names a node of --postgres's cluster"), "\(service.output)")
+        #expect(service.output.contains(message), "\(service.output)")
     }
 }
