@@ -30,7 +30,8 @@ bench-locks: ; for w in w2 w2s; do swift run -c release -Xswiftc -DEFFECTLOOP_CO
 # The documentation site (docc, no plugin) in .build/docs/site; docs-check opens it in headless Chromium.
 docs: deps ; bash Docs/Site/build.sh
 docs-check: docs ; bash Docs/Site/check.sh
-lint: ; swift format lint --strict $(FMT_OPTIONS) $(SOURCES)
+# The format, and that Docs/Architecture.md's module table says what Package.swift declares.
+lint: ; swift format lint --strict $(FMT_OPTIONS) $(SOURCES) && swift package dump-package | swift .ci/architecture-check.swift
 format: ; swift format format --in-place $(FMT_OPTIONS) $(SOURCES)
 
 # Fuzzing: each target runs FUZZ_SECONDS from the committed seeds in Fuzz/, under ASan.
