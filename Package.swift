@@ -44,6 +44,7 @@ let package = Package(
             name: "LoopDemo",
             dependencies: [
                 "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopJournal", "LoopPersistence",
+                "LoopSupport",
             ]
         ),
         .executableTarget(

@@ -1,4 +1,3 @@
-internal import Dispatch
 public import LoopCore
 
 #if canImport(Glibc)
@@ -55,19 +54,9 @@ public struct SignalSource<Event: Sendable>: EventSource {
     /// Watches the signals until cancelled.
     public func run(send: Send<Event>) async throws {
         let (deliveries, continuation) = AsyncStream<ProcessSignal>.makeStream()
-        let queue = DispatchQueue(label: "EffectLoop.SignalSource")
-        let previous = signals.map { signal($0.rawValue, SIG_IGN) }
-        let watchers = signals.map { processSignal in
-            let watcher = DispatchSource.makeSignalSource(signal: processSignal.rawValue, queue: queue)
-            watcher.setEventHandler { continuation.yield(processSignal) }
-            watcher.resume()
-            return watcher
-        }
+        let watcher = SignalWatcher(signals, restoringDisposition: restoring) { continuation.yield($0) }
         defer {
-            for (index, watcher) in watchers.enumerated() {
-                watcher.cancel()
-                if restoring { _ = signal(signals[index].rawValue, previous[index]) }
-            }
+            watcher.cancel()
             continuation.finish()
         }
         for await delivery in deliveries {

@@ -1,3 +1,5 @@
+internal import LoopSupport
+
 #if canImport(Glibc)
 internal import Glibc
 #elseif canImport(Musl)
@@ -71,35 +73,14 @@ public enum JobGuard {
     /// their defaults, and no descriptor above 2.
     private static func spawn(_ command: [String]) -> pid_t? {
         guard let path = command.first else { return nil }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        closeAllAboveStandardStreams(&actions)
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        SpawnSignals.reset(&attributes, flags: 0)
-        var arguments: [UnsafeMutablePointer<CChar>?] = command.map { word in word.withCString { strdup($0) } }
-        arguments.append(nil)
-        defer { for argument in arguments { free(argument) } }
-        var pid: pid_t = 0
-        guard posix_spawn(&pid, path, &actions, &attributes, arguments, environ) == 0 else { return nil }
-        return pid
-    }
-}
-
-/// How every child the demo starts begins: no signal blocked (the starting thread may block many:
-/// Swift's concurrency threads do, and a child inherits the mask) and the usual ones at their defaults.
-enum SpawnSignals {
-    /// Sets `attributes` so, plus `flags` (such as `POSIX_SPAWN_SETPGROUP`).
-    static func reset(_ attributes: inout posix_spawnattr_t, flags: Int32) {
-        var noSignals = sigset_t()
-        sigemptyset(&noSignals)
-        posix_spawnattr_setsigmask(&attributes, &noSignals)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for signal in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD] { sigaddset(&defaults, signal) }
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(flags | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        var failure: Int32 = 0
+        // Its output and error are the guard's (the job's pipes); its input, /dev/null, is the guard's too.
+        return ChildProcess.spawn(
+            path,
+            command,
+            output: .inherited,
+            options: ChildProcess.Options(defaultSignals: true),
+            failure: &failure
+        )
     }
 }

@@ -1,5 +1,6 @@
 internal import EventSources
 internal import LoopRuntime
+internal import LoopSupport
 
 #if canImport(Glibc)
 internal import Glibc
@@ -137,28 +138,20 @@ private final class Child: Sendable {
             throw ShellError(code: errno, action: "create a pipe")
         }
         for end in pipeEnds + errorEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        // A job reads nothing from the demo's own standard input (its commands, with --stdin).
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], 1)
-        posix_spawn_file_actions_adddup2(&actions, errorEnds[1], 2)
-        closeAllAboveStandardStreams(&actions)
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        // The command runs in a process group of its own, which a timeout or a cancel kills.
-        SpawnSignals.reset(&attributes, flags: POSIX_SPAWN_SETPGROUP)
-        posix_spawnattr_setpgroup(&attributes, 0)
-        var arguments: [UnsafeMutablePointer<CChar>?] = words.map { word in word.withCString { strdup($0) } }
-        arguments.append(nil)
-        defer { for argument in arguments { free(argument) } }
-        var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, words[0], &actions, &attributes, arguments, environ)
+        // A job reads nothing from the demo's own standard input (its commands, with --stdin). The
+        // command runs in a process group of its own, which a timeout or a cancel kills.
+        var spawned: Int32 = 0
+        let started = ChildProcess.spawn(
+            words[0],
+            words,
+            output: .descriptor(pipeEnds[1]),
+            errors: .descriptor(errorEnds[1]),
+            options: ChildProcess.Options(ownProcessGroup: true, defaultSignals: true),
+            failure: &spawned
+        )
         close(pipeEnds[1])
         close(errorEnds[1])
-        guard spawned == 0 else {
+        guard let pid = started else {
             close(pipeEnds[0])
             close(errorEnds[0])
             throw ShellError(code: spawned, action: "start \(words[0])")
@@ -250,29 +243,6 @@ private final class Child: Sendable {
     func kill() {
         guard let process = state.withLock({ $0.process }) else { return }
         ProcessTree.killTree(of: process.pid, group: process.pid, holdingPipes: process.pipes)
-    }
-}
-
-/// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later), looked up at run time because
-/// Swift's Glibc module does not export it; `nil` where the C library lacks it.
-private let addCloseFrom: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32)? = {
-    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") else {
-        return nil
-    }
-    // The symbol is that function, whose C signature is exactly this type.
-    return unsafeBitCast(
-        symbol,
-        to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self
-    )
-}()
-
-/// Adds actions closing every descriptor above 2 in the child: with `addclosefrom` where the C library
-/// has it, otherwise by listing the descriptors open now (one opened by another thread in between,
-/// without close-on-exec, could then still reach the child).
-func closeAllAboveStandardStreams(_ actions: inout posix_spawn_file_actions_t) {
-    if let addCloseFrom, addCloseFrom(&actions, 3) == 0 { return }
-    for name in FileSystem.entries(of: "/proc/self/fd") ?? [] {
-        if let descriptor = Int32(name), descriptor > 2 { posix_spawn_file_actions_addclose(&actions, descriptor) }
     }
 }
 

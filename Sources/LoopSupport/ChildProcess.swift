@@ -4,12 +4,12 @@ internal import Glibc
 internal import Musl
 #endif
 
-/// Starts a child process for tests, benchmarks and demos: standard input from `/dev/null` (or a pipe), standard
-/// output and error to a file (or `/dev/null`, or this process's own), and no other descriptor of this
-/// process. A child (a server, a watchdog) that inherited the write end of some pipe of this process
-/// would keep that pipe's reader from ever seeing its end.
+/// Starts child processes: the one `posix_spawn` of the demo (its jobs and their guards), the benchmark
+/// and the tests. Standard input from `/dev/null` (or a descriptor), standard output and error where
+/// asked, and no other descriptor of this process: a child (a job, a server, a watchdog) that inherited
+/// the write end of some pipe of this process would keep that pipe's reader from ever seeing its end.
 package enum ChildProcess {
-    /// Where a child's standard output and error go.
+    /// Where a child's standard output (or error) goes.
     package enum Output {
         /// To this process's own.
         case inherited
@@ -21,15 +21,37 @@ package enum ChildProcess {
         case file(String)
     }
 
+    /// How the child starts, beyond its descriptors.
+    package struct Options: Sendable {
+        /// In a process group of its own (its pid), which a signal to the group reaches whole.
+        package var ownProcessGroup: Bool
+        /// With no signal blocked (the spawning thread may block many: Swift's concurrency threads do,
+        /// and a child inherits the mask) and SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE and SIGCHLD at
+        /// their default actions.
+        package var defaultSignals: Bool
+
+        /// Options; by default neither.
+        package init(ownProcessGroup: Bool = false, defaultSignals: Bool = false) {
+            self.ownProcessGroup = ownProcessGroup
+            self.defaultSignals = defaultSignals
+        }
+    }
+
     /// Starts `executable` with `arguments` (the first is the program's name, as `argv[0]`); its pid, or
     /// `nil` if it could not start (`errno`-style code in `failure`).
     ///
-    /// `input`, when given, is a descriptor of this process the child reads as its standard input.
+    /// - Parameters:
+    ///   - input: a descriptor of this process the child reads as its standard input; `nil`: `/dev/null`.
+    ///   - output: where its standard output goes.
+    ///   - errors: where its standard error goes; `nil`: where its output goes.
+    ///   - options: its process group and signals.
     package static func spawn(
         _ executable: String,
         _ arguments: [String],
         input: Int32? = nil,
         output: Output,
+        errors: Output? = nil,
+        options: Options = Options(),
         failure: inout Int32
     ) -> Int32? {
         var actions = posix_spawn_file_actions_t()
@@ -40,30 +62,75 @@ package enum ChildProcess {
         } else {
             posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         }
-        switch output {
-        case .inherited:
-            break
-        case .discarded:
-            posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-            posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        case .descriptor(let descriptor):
-            posix_spawn_file_actions_adddup2(&actions, descriptor, 1)
-            posix_spawn_file_actions_adddup2(&actions, descriptor, 2)
-        case .file(let path):
-            posix_spawn_file_actions_addopen(&actions, 1, path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        direct(output, to: 1, &actions)
+        if let errors {
+            direct(errors, to: 2, &actions)
+        } else if case .inherited = output {
+        } else {
             posix_spawn_file_actions_adddup2(&actions, 1, 2)
         }
-        if addCloseFrom?(&actions, 3) != 0 {
-            for descriptor in 3..<Int32(1_024) where fcntl(descriptor, F_GETFD) >= 0 {
-                posix_spawn_file_actions_addclose(&actions, descriptor)
-            }
+        closeAllAboveStandardStreams(&actions)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var flags: Int32 = 0
+        if options.ownProcessGroup {
+            posix_spawnattr_setpgroup(&attributes, 0)
+            flags |= Int32(POSIX_SPAWN_SETPGROUP)
         }
+        if options.defaultSignals {
+            var noSignals = sigset_t()
+            sigemptyset(&noSignals)
+            posix_spawnattr_setsigmask(&attributes, &noSignals)
+            var defaults = sigset_t()
+            sigemptyset(&defaults)
+            for signal in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD] { sigaddset(&defaults, signal) }
+            posix_spawnattr_setsigdefault(&attributes, &defaults)
+            flags |= Int32(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)
+        }
+        posix_spawnattr_setflags(&attributes, Int16(flags))
         var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) }
         argv.append(nil)
         defer { for word in argv { free(word) } }
         var pid: pid_t = 0
-        failure = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+        failure = posix_spawn(&pid, executable, &actions, &attributes, argv, environ)
         return failure == 0 ? pid : nil
+    }
+
+    /// Adds the actions sending descriptor `target` (1 or 2) to `output`.
+    private static func direct(_ output: Output, to target: Int32, _ actions: inout posix_spawn_file_actions_t) {
+        switch output {
+        case .inherited: break
+        case .discarded: posix_spawn_file_actions_addopen(&actions, target, "/dev/null", O_WRONLY, 0)
+        case .descriptor(let descriptor): posix_spawn_file_actions_adddup2(&actions, descriptor, target)
+        case .file(let path):
+            posix_spawn_file_actions_addopen(&actions, target, path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        }
+    }
+
+    /// Adds actions closing every descriptor above 2 in the child: with `addclosefrom` where the C
+    /// library has it, otherwise by listing the descriptors open now (one opened by another thread in
+    /// between, without close-on-exec, could then still reach the child).
+    private static func closeAllAboveStandardStreams(_ actions: inout posix_spawn_file_actions_t) {
+        if let addCloseFrom, addCloseFrom(&actions, 3) == 0 { return }
+        guard let directory = opendir("/proc/self/fd") else {
+            for descriptor in 3..<Int32(1_024) where fcntl(descriptor, F_GETFD) >= 0 {
+                posix_spawn_file_actions_addclose(&actions, descriptor)
+            }
+            return
+        }
+        var open: [Int32] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if let descriptor = Int32(name), descriptor > 2 { open.append(descriptor) }
+        }
+        let listing = dirfd(directory)
+        closedir(directory)
+        for descriptor in open where descriptor != listing {
+            posix_spawn_file_actions_addclose(&actions, descriptor)
+        }
     }
 
     /// Sends `signal` to `pid` and waits for it to end; its raw wait status, or `nil` if this process

@@ -1,5 +1,5 @@
-import Dispatch
 import EffectHandlers
+import EventSources
 import LoopCore
 import LoopPersistence
 import LoopPostgres
@@ -30,19 +30,15 @@ func runClusterNode(_ words: [String]) async -> Int32 {
     let schema = option("--schema", in: words) ?? "effectloop"
     // SIGTERM is caught from the start: one that comes while the node connects (a test stopping a node
     // it has just restarted) ends the process cleanly instead of killing it.
-    signal(SIGTERM, SIG_IGN)
     let stopping = Locked<(requested: Bool, node: (any Runnable)?)>((false, nil))
-    // Emptied once the node has left: dispatch releases the cancelled handler (which holds the cell) when
-    // it pleases, and a node still alive at exit is a leak to LeakSanitizer (its weak-reference table).
-    defer { stopping.withLock { $0.node = nil } }
-    let terminate = DispatchSource.makeSignalSource(signal: SIGTERM)
-    terminate.setEventHandler {
+    let terminate = SignalWatcher([.terminate]) { _ in
         stopping.withLock { stopping in
             stopping.requested = true
             return stopping.node
         }?.stop(gracePeriod: .seconds(30))
     }
-    terminate.resume()
+    // Cancelled, the watcher releases its handler and the cell, so the node is gone before the process
+    // exits (a node alive at exit is a leak to LeakSanitizer: its weak-reference table).
     defer { terminate.cancel() }
     do {
         // `--program totals`: entities that answer requests (w14); otherwise counters.

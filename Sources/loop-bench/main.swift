@@ -1,3 +1,5 @@
+import LoopSupport
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -132,13 +134,10 @@ func runFresh(_ name: String) -> Bool {
     let length = readlink("/proc/self/exe", &path, path.count - 1)
     let executable =
         length > 0 ? String(decoding: path.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self) : words[0]
-    var arguments: [UnsafeMutablePointer<CChar>?] = words.map { word in word.withCString { strdup($0) } }
-    arguments.append(nil)
-    defer { for argument in arguments { free(argument) } }
-    var pid: pid_t = 0
     // What this process printed so far comes first.
     fflush(nil)
-    guard posix_spawn(&pid, executable, nil, nil, arguments, environ) == 0 else {
+    var failure: Int32 = 0
+    guard let pid = ChildProcess.spawn(executable, words, output: .inherited, failure: &failure) else {
         Measure.printError("loop-bench: cannot start \(executable) for \(name)\n")
         return false
     }

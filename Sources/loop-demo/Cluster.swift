@@ -1,5 +1,5 @@
-import Dispatch
 import EffectHandlers
+import EventSources
 import Foundation
 import LoopCore
 import LoopDemo
@@ -37,22 +37,10 @@ func runNode(conninfo: String, name: String?, limit: Int) async -> Int32 {
             events: clusterEvents,
             states: clusterStates
         )
-        // The handlers reach the node through a cell emptied once it has left: dispatch releases a
-        // cancelled source's handler when it pleases, and a handler holding the node would keep it (and
-        // its session) alive until the process exits, which LeakSanitizer reports as a leak of the
-        // session's weak-reference table.
-        let stopper = Locked<(@Sendable () -> Void)?>({ node.stop() })
-        let signals = [SIGTERM, SIGINT].map { number -> any DispatchSourceSignal in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number)
-            source.setEventHandler { stopper.withLock { $0 }?() }
-            source.resume()
-            return source
-        }
-        defer {
-            stopper.withLock { $0 = nil }
-            for source in signals { source.cancel() }
-        }
+        // The watcher releases its handler, and the node with it, when cancelled: a node kept alive until
+        // the process exits is what LeakSanitizer reports as a leak of its session's weak-reference table.
+        let signals = SignalWatcher([.terminate, .interrupt]) { _ in node.stop() }
+        defer { signals.cancel() }
         console.line("\(name): joined the cluster")
         // A lost session (a database restart, a lease lost while paused) is ridden out: said, and the
         // node joins again.
