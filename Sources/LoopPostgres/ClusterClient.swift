@@ -467,11 +467,12 @@ public final class ClusterClient<Event: Sendable>: Sendable {
                 }
                 guard let waiting = state.callers[reply] else { continue }
                 for index in waiting.indices {
-                    if now - waiting[index].looked >= pollInterval {
+                    var looked = waiting[index].looked
+                    if now - looked >= pollInterval {
                         due.append((waiting[index].stream, reply))
+                        looked = now
                         state.callers[reply]?[index].looked = now
                     }
-                    let looked = now - waiting[index].looked >= pollInterval ? now : waiting[index].looked
                     next = min(next ?? waiting[index].deadline, waiting[index].deadline, looked + pollInterval)
                 }
             }

@@ -40,6 +40,16 @@ enum Ledger {
     }
 
     static let program = DurableProgram(initial: State(), update: Update(update), resume: resume)
+
+    /// Records a stream of two events in `store` whose second no longer decodes (the program's events
+    /// changed since it was written).
+    static func recordUndecodable(_ stream: String, in store: any EventStore) async throws {
+        _ = try await store.append(
+            [try BinaryCodec<Event>().encode(.add(1)), Array(#"{"refund":{"_0":3}}"#.utf8)],
+            to: stream,
+            expecting: 0
+        )
+    }
 }
 
 /// Charges cards, recording each call and what the store held when the call was made.
@@ -337,11 +347,7 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
     /// error naming the stream and version.
     @Test func anEventThatNoLongerDecodesIsNamed() async throws {
         let store = InMemoryEventStore()
-        _ = try await store.append(
-            [try BinaryCodec<Ledger.Event>().encode(.add(1)), Array(#"{"refund":{"_0":3}}"#.utf8)],
-            to: "ledger",
-            expecting: 0
-        )
+        try await Ledger.recordUndecodable("ledger", in: store)
         let loop = DurableLoop(
             stream: "ledger",
             program: Ledger.program,

@@ -41,11 +41,7 @@ import Testing
 
     @Test func aRecordThatDoesNotDecodeIsAnErrorNamingItsVersion() async throws {
         let store = InMemoryEventStore()
-        _ = try await store.append(
-            [try BinaryCodec<Ledger.Event>().encode(.add(1)), Array(#"{"refund":{"_0":3}}"#.utf8)],
-            to: "ledger",
-            expecting: 0
-        )
+        try await Ledger.recordUndecodable("ledger", in: store)
         do {
             let state = try await Ledger.program.recordedState(of: "ledger", in: store)
             Issue.record("a stream that does not decode was read: \(state)")

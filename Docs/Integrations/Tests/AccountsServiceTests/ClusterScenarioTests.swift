@@ -29,37 +29,14 @@ extension ScenarioTests {
         load.port.store(portA, ordering: .relaxed)
         load.second.store(portB, ordering: .relaxed)
 
-        let clients = Task { await onThreads(Self.clients) { Self.client($0, load) } }
-        let total = Self.clients * Self.depositsPerClient
-        while load.answered.load(ordering: .relaxed) < total / 3 && load.problems.withLock({ $0.isEmpty }) {
-            try await Task.sleep(for: .milliseconds(5))
-        }
-        try #require(load.problems.withLock { $0 }.isEmpty, "\(load.problems.withLock { $0 })")
-        // From here b's clients ask a; what b was asked and did not answer, they ask a again.
+        let clients = try await Self.startClients(load)
+        // From here b's clients ask a; what b was asked and did not answer, they ask a again. A graceful
+        // stop of b finishes what it took and hands its shards over.
         load.second.store(0, ordering: .relaxed)
-        b.signal(disruption)
-        let status = try await b.exitStatus()
-        if disruption == SIGTERM {
-            // A graceful stop: b finishes what it took and hands its shards over; nobody was told 503.
-            #expect(status == 0, "\(b.output)")
-            #expect(load.unavailable.load(ordering: .relaxed) == 0)
-            #expect(b.output.contains("effectloop.ending=drained"), "\(b.output)")
-        } else {
-            #expect(status == 128 + SIGKILL)
-        }
-        #expect(load.answered.load(ordering: .relaxed) < total, "the load ended before the disruption")
+        try await Self.disrupt(b, with: disruption, load)
         await clients.value
-        #expect(load.problems.withLock { $0 }.isEmpty, "\(load.problems.withLock { $0 })")
-
-        let runningSums = (1...Self.depositsPerClient).map { $0 * ($0 + 1) / 2 }
-        for index in 0..<Self.clients {
-            #expect(load.balances.withLock { $0[index] } == runningSums, "client \(index)'s answers")
-            // The balance as recorded, read by a for accounts b owned too.
-            let account = HTTP.request(port: portA, "GET", "/accounts/client-\(index)")
-            #expect(account?.integer("balance") == runningSums.last, "client \(index)'s account")
-            let retry = Self.deposit(port: portA, client: index, number: 1)
-            #expect(retry?.status == 200 && retry?.integer("balance") == 1, "\(String(describing: retry))")
-        }
+        // Balances as recorded, read by a for the accounts b owned too.
+        Self.expectEveryAccountRight(asking: portA, load)
         a.signal(SIGTERM)
         #expect(try await a.exitStatus() == 0, "\(a.output)")
     }

@@ -73,6 +73,54 @@ import Glibc
         load.balances.withLock { $0[index] = balances }
     }
 
+    /// Starts the clients, and returns once a third of their deposits are answered; the test fails if a
+    /// client reported a problem first.
+    static func startClients(_ load: Load) async throws -> Task<Void, Never> {
+        let clients = Task { await onThreads(Self.clients) { Self.client($0, load) } }
+        while load.answered.load(ordering: .relaxed) < Self.clients * Self.depositsPerClient / 3
+            && load.problems.withLock({ $0.isEmpty })
+        {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        try #require(load.problems.withLock { $0 }.isEmpty, "\(load.problems.withLock { $0 })")
+        return clients
+    }
+
+    /// Stops `service` with `disruption` while the load runs. A graceful stop (SIGTERM) must exit 0 with
+    /// the accounts' report, drained, and no request refused as unavailable (the HTTP server stops before
+    /// the accounts, which finish its requests).
+    static func disrupt(_ service: ServiceProcess, with disruption: Int32, _ load: Load) async throws {
+        service.signal(disruption)
+        let status = try await service.exitStatus()
+        if disruption == SIGTERM {
+            #expect(status == 0, "\(service.output)")
+            #expect(load.unavailable.load(ordering: .relaxed) == 0)
+            #expect(service.output.contains("effectloop part stopped"), "\(service.output)")
+            #expect(service.output.contains("effectloop.ending=drained"), "\(service.output)")
+        } else {
+            #expect(status == 128 + SIGKILL)
+        }
+        let total = Self.clients * Self.depositsPerClient
+        #expect(load.answered.load(ordering: .relaxed) < total, "the load ended before the disruption")
+    }
+
+    /// Each client's answers, in order, when nothing is lost or applied twice: 1, 1+2, 1+2+3, ...
+    static let runningSums = (1...depositsPerClient).map { $0 * ($0 + 1) / 2 }
+
+    /// Once the load is over: every client's answers were the running sums, its account (read from the
+    /// service at `port`) holds the sum of its deposits, and a retry of an answered deposit gets its
+    /// recorded answer and applies nothing.
+    static func expectEveryAccountRight(asking port: Int, _ load: Load) {
+        #expect(load.problems.withLock { $0 }.isEmpty, "\(load.problems.withLock { $0 })")
+        for index in 0..<Self.clients {
+            #expect(load.balances.withLock { $0[index] } == runningSums, "client \(index)'s answers")
+            let account = HTTP.request(port: port, "GET", "/accounts/client-\(index)")
+            #expect(account?.integer("balance") == runningSums.last, "client \(index)'s account")
+            let retry = Self.deposit(port: port, client: index, number: 1)
+            #expect(retry?.status == 200 && retry?.integer("balance") == 1, "\(String(describing: retry))")
+        }
+    }
+
     @Test(.timeLimit(.minutes(5)), arguments: [SIGKILL, SIGTERM])
     func everyAcknowledgedDepositSurvivesAndNoneIsAppliedTwice(disruption: Int32) async throws {
         let directory = NSTemporaryDirectory() + "accounts-scenario-\(UUID().uuidString)"
@@ -88,47 +136,19 @@ import Glibc
             ordering: .relaxed
         )
 
-        let clients = Task { await onThreads(Self.clients) { Self.client($0, load) } }
-        let total = Self.clients * Self.depositsPerClient
-        while load.answered.load(ordering: .relaxed) < total / 3 && load.problems.withLock({ $0.isEmpty }) {
-            try await Task.sleep(for: .milliseconds(5))
-        }
-        try #require(load.problems.withLock { $0 }.isEmpty, "\(load.problems.withLock { $0 })")
+        let clients = try await Self.startClients(load)
         load.port.store(0, ordering: .relaxed)
-        service.signal(disruption)
-        let status = try await service.exitStatus()
-        if disruption == SIGTERM {
-            // A graceful stop: exit 0 and the accounts' report, drained; and no request was refused
-            // as unavailable (the HTTP server stops before the accounts, which finish its requests).
-            #expect(status == 0, "\(service.output)")
-            #expect(load.unavailable.load(ordering: .relaxed) == 0)
-            #expect(service.output.contains("effectloop part stopped"), "\(service.output)")
-            #expect(service.output.contains("effectloop.ending=drained"), "\(service.output)")
-        } else {
-            #expect(status == 128 + SIGKILL)
-        }
-        #expect(load.answered.load(ordering: .relaxed) < total, "the load ended before the disruption")
-
+        try await Self.disrupt(service, with: disruption, load)
         service = try ServiceProcess(["--store", store], log: log)
         load.port.store(
             try #require(await service.port(), "the service did not restart: \(service.output)"),
             ordering: .relaxed
         )
         await clients.value
-        #expect(load.problems.withLock { $0 }.isEmpty, "\(load.problems.withLock { $0 })")
-
-        let runningSums = (1...Self.depositsPerClient).map { $0 * ($0 + 1) / 2 }
         let port = load.port.load(ordering: .relaxed)
-        for index in 0..<Self.clients {
-            #expect(load.balances.withLock { $0[index] } == runningSums, "client \(index)'s answers")
-            let account = HTTP.request(port: port, "GET", "/accounts/client-\(index)")
-            #expect(account?.integer("balance") == runningSums.last, "client \(index)'s account")
-            // A retry of an answered deposit gets its recorded answer and applies nothing.
-            let retry = Self.deposit(port: port, client: index, number: 1)
-            #expect(retry?.status == 200 && retry?.integer("balance") == 1, "\(String(describing: retry))")
-        }
+        Self.expectEveryAccountRight(asking: port, load)
         let after = HTTP.request(port: port, "GET", "/accounts/client-0")
-        #expect(after?.integer("balance") == runningSums.last)
+        #expect(after?.integer("balance") == Self.runningSums.last)
         service.signal(SIGTERM)
         #expect(try await service.exitStatus() == 0)
     }
