@@ -13,7 +13,8 @@ internal import Darwin
 /// While the source runs, the signals it watches no longer take their default action (ending the
 /// process); each delivery becomes an event instead. When the source is cancelled, the signals stay
 /// caught (by libdispatch, which then drops them), unless it was made with
-/// `restoringDisposition: true`, which puts back each signal's disposition found at the start.
+/// `restoringDisposition: true`, which puts back the default disposition of each signal that had it at
+/// the start (see ``SignalWatcher``).
 ///
 /// ```swift
 /// SignalSource([.interrupt, .terminate]) { signal in .shutdownRequested(signal) }
@@ -37,9 +38,9 @@ public struct SignalSource<Event: Sendable>: EventSource {
     ///
     /// - Parameters:
     ///   - signals: the signals to watch.
-    ///   - restoringDisposition: whether each signal's disposition found when the source started is put
-    ///     back when it stops; by default the signals stay caught (and dropped) after it, which is what a
-    ///     process where something else watches them too needs.
+    ///   - restoringDisposition: whether each signal that had its default disposition when the source
+    ///     started gets it back when it stops; by default the signals stay caught (and dropped) after it,
+    ///     which is what a process where something else watches them too needs.
     ///   - event: the event for a delivery.
     public init(
         _ signals: [ProcessSignal],

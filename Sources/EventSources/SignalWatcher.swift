@@ -8,7 +8,7 @@ internal import Musl
 internal import Darwin
 #endif
 
-/// Calls a handler on each delivery of any of a set of Unix signals, one delivery at a time, until
+/// Calls a handler on each delivery of any of a set of Unix signals, on a queue of its own, until
 /// cancelled: the one way EffectLoop watches signals (``SignalSource`` is built on it).
 ///
 /// ```swift
@@ -16,13 +16,20 @@ internal import Darwin
 /// defer { watcher.cancel() }
 /// ```
 ///
+/// - The handler is called one call at a time, and at least once after each delivery: deliveries of one
+///   signal that arrive together, or while a call is under way, may be merged into one call (the kernel
+///   keeps one pending delivery per signal, and libdispatch merges what arrives before its next call).
 /// - The signals are caught from the moment it is made: a signal whose disposition is the default one
-///   is ignored until its watcher is installed, so a delivery in between is dropped, never fatal. After ``cancel()``
-///   they stay caught (by libdispatch, which drops them), unless it was made with
-///   `restoringDisposition: true` (see ``SignalSource`` for when that is safe).
-/// - ``cancel()`` releases the handler before it returns, with everything the handler holds: nothing
-///   it captured outlives the watch (a handler kept until the process exits is what LeakSanitizer
-///   reports as a leak). A handler may cancel its own watcher.
+///   is ignored until its watcher is installed, so a delivery in between is dropped, never fatal; a
+///   disposition that is not the default (libdispatch's own handler from an earlier watch, or the
+///   application's) is read, never changed. After ``cancel()`` the signals stay caught (by libdispatch,
+///   which drops them), unless it was made with `restoringDisposition: true` (see ``SignalSource`` for
+///   when that is safe).
+/// - ``cancel()`` waits for a handler call under way, then releases the handler with everything it
+///   holds: nothing it captured outlives the watch (a handler kept until the process exits is what
+///   LeakSanitizer reports as a leak). A handler may cancel its own watcher (the handler is then
+///   released once that call returns); it must not wait for something that waits for this watcher's
+///   ``cancel()``.
 public final class SignalWatcher: Sendable {
     /// The handler, the dispatch sources and the dispositions found, touched on `queue` only.
     private final class Watch: @unchecked Sendable {
@@ -30,11 +37,9 @@ public final class SignalWatcher: Sendable {
         // `cancel` runs there through `onQueue`), so no two threads touch them at once.
         var handler: (@Sendable (ProcessSignal) -> Void)?
         var sources: [any DispatchSourceSignal] = []
-        var previous: [(ProcessSignal, Disposition?)] = []
+        /// Each signal whose default disposition the watcher replaced by "ignore", to put back.
+        var ignored: [ProcessSignal] = []
     }
-
-    /// A signal's disposition, as `signal` takes and returns it.
-    private typealias Disposition = @convention(c) (Int32) -> Void
 
     private let queue: DispatchQueue
     private let watch = Watch()
@@ -47,9 +52,10 @@ public final class SignalWatcher: Sendable {
     ///
     /// - Parameters:
     ///   - signals: the signals to watch.
-    ///   - restoringDisposition: whether each signal's disposition found now is put back by
-    ///     ``cancel()``; by default the signals stay caught.
-    ///   - handler: called with each delivery, one at a time.
+    ///   - restoringDisposition: whether ``cancel()`` puts back the default disposition of each signal
+    ///     that had it when the watch began; by default the signals stay caught.
+    ///   - handler: called after each delivery (deliveries close together may share a call), one call
+    ///     at a time.
     public init(
         _ signals: [ProcessSignal],
         restoringDisposition: Bool = false,
@@ -63,11 +69,12 @@ public final class SignalWatcher: Sendable {
             watch.handler = handler
             for processSignal in signals {
                 // Ignored until its watcher is in place, so a delivery in between does not end the
-                // process; a disposition that is not the default (libdispatch's own handler, from an
-                // earlier watch of the signal) is put back at once and kept.
-                let found = signal(processSignal.rawValue, SIG_IGN)
-                if !Self.isDefault(found) { _ = signal(processSignal.rawValue, found) }
-                watch.previous.append((processSignal, found))
+                // process. Any other disposition stays as it is: writing over libdispatch's handler
+                // would leave every watcher of the signal deaf, as libdispatch installs it only once.
+                if Self.hasDefaultDisposition(processSignal.rawValue) {
+                    _ = signal(processSignal.rawValue, SIG_IGN)
+                    watch.ignored.append(processSignal)
+                }
                 let source = DispatchSource.makeSignalSource(signal: processSignal.rawValue, queue: queue)
                 source.setEventHandler { watch.handler?(processSignal) }
                 source.resume()
@@ -76,8 +83,8 @@ public final class SignalWatcher: Sendable {
         }
     }
 
-    /// Stops watching: no handler call starts after it returns, and the handler is released. Called
-    /// again, it does nothing.
+    /// Stops watching: it waits for a handler call under way, no call starts after it returns, and the
+    /// handler is released. Called again, it does nothing.
     public func cancel() {
         let (watch, restoring) = (self.watch, self.restoring)
         onQueue {
@@ -85,9 +92,9 @@ public final class SignalWatcher: Sendable {
             for source in watch.sources { source.cancel() }
             watch.sources = []
             if restoring {
-                for (processSignal, previous) in watch.previous { _ = signal(processSignal.rawValue, previous) }
+                for processSignal in watch.ignored { _ = signal(processSignal.rawValue, SIG_DFL) }
             }
-            watch.previous = []
+            watch.ignored = []
         }
     }
 
@@ -95,8 +102,18 @@ public final class SignalWatcher: Sendable {
         cancel()
     }
 
-    private static func isDefault(_ disposition: Disposition?) -> Bool {
-        unsafeBitCast(disposition, to: Int.self) == unsafeBitCast(SIG_DFL, to: Int.self)
+    /// Whether `number`'s disposition is the default one, read without changing it.
+    private static func hasDefaultDisposition(_ number: Int32) -> Bool {
+        var current = sigaction()
+        guard sigaction(number, nil, &current) == 0 else { return false }
+        #if canImport(Glibc)
+        let handler = current.__sigaction_handler.sa_handler
+        #elseif canImport(Musl)
+        let handler = current.__sa_handler.sa_handler
+        #elseif canImport(Darwin)
+        let handler = current.__sigaction_u.__sa_handler
+        #endif
+        return unsafeBitCast(handler, to: Int.self) == unsafeBitCast(SIG_DFL, to: Int.self)
     }
 
     /// Runs `body` on `queue`, at once if this is it already (a handler cancelling its own watcher).

@@ -1,12 +1,12 @@
 internal import EventSources
 internal import Synchronization
 
-/// What SIGINT, SIGTERM and SIGHUP mean to the demo, for as long as the process runs: the first asks
-/// for a graceful shutdown, any later one for an immediate stop (jobs killed, summary still printed).
+/// What SIGINT, SIGTERM and SIGHUP mean to the demo while it is kept (the demo keeps it until it has
+/// printed its summary): the first asks for a graceful shutdown, any later one for an immediate stop
+/// (jobs killed, summary still printed).
 ///
 /// A `SignalSource` in the loop would stop with the loop's sources, when the graceful shutdown begins,
-/// and a second signal must still force the immediate stop: this watcher stays until the process
-/// ends. SIGHUP (the terminal went away) is a request to shut down, as SIGTERM is.
+/// and a second signal must still force the immediate stop: this watcher stays until the demo is done. SIGHUP (the terminal went away) is a request to shut down, as SIGTERM is.
 public final class ShutdownSignals: Sendable {
     /// The number of signals so far, shared with the watcher's handler (which must not hold `self`,
     /// whose watcher holds it).
@@ -15,7 +15,7 @@ public final class ShutdownSignals: Sendable {
     }
 
     private let deliveries: Count
-    /// Kept for as long as the process runs.
+    /// Watching for as long as this is kept; cancelled when it is released.
     private let watcher: SignalWatcher
 
     /// Starts watching; `graceful` is called on the first signal, `immediate` on every later one.
