@@ -73,7 +73,6 @@ let package = Package(
             dependencies: [
                 "LoopCore", "EffectHandlers", "LoopRuntime", "LoopDemo", "LoopPersistence", "LoopPostgres",
                 "LoopSupport", "LoopTesting",
-                "loop-demo",
             ]
         ),
         .testTarget(
@@ -84,7 +83,7 @@ let package = Package(
             name: "LoopPersistenceTests",
             dependencies: [
                 "LoopCore", "EffectHandlers", "EventSources", "LoopPersistence", "LoopRuntime", "LoopSupport",
-                "LoopTesting", "loop-bench",
+                "LoopTesting",
             ]
         ),
         .testTarget(
@@ -95,7 +94,6 @@ let package = Package(
             name: "LoopPostgresTests",
             dependencies: [
                 "LoopCore", "LoopPersistence", "LoopPostgres", "LoopRuntime", "LoopSupport", "LoopTesting",
-                "loop-bench",
             ]
         ),
     ],
