@@ -276,6 +276,12 @@ public struct DurableState<State, Event, Effect> {
     public var timers: [DurableTimer<Effect>] = []
     /// The timers that started since the last record was handed to the store.
     public var fired: [TimerName] = []
+    /// The held throttled effects that started, and opened their key's next interval, since the last
+    /// record was handed to the store.
+    public var renewed: [TimerName] = []
+    /// Throttled effects dropped: asked for within their key's interval with `latest: false`, or
+    /// replaced, while held, by a newer one.
+    public var droppedEffects = 0
     /// Whether the entity is marked as having work under way, for a group that remembers work (see
     /// ``WorkMemory``); `nil` otherwise.
     public var unfinished: Bool?
@@ -285,7 +291,7 @@ public struct DurableState<State, Event, Effect> {
     @inlinable
     public var isQuiet: Bool {
         phase == .running && !appending && unrecorded.isEmpty && pending.isEmpty && held.isEmpty
-            && repeats.isEmpty && reads.isEmpty && fired.isEmpty
+            && repeats.isEmpty && reads.isEmpty && fired.isEmpty && renewed.isEmpty
     }
 
     /// A loop about to recover `stream`, starting from `initial` when the stream is new, keeping at most
@@ -385,7 +391,8 @@ extension DurableProgram {
                                     payload: recorded.payload,
                                     delay: recorded.delay,
                                     lifecycle: lifecycle,
-                                    due: recorded.due ?? now
+                                    due: recorded.due ?? now,
+                                    kind: recorded.kind
                                 )
                             )
                         } catch {
@@ -423,12 +430,25 @@ extension DurableProgram {
                     for effect in resumed {
                         let lifecycle = timers.lifecycle(effect)
                         if lifecycle.policy == .cancel || lifecycle.policy == .latest, let key = lifecycle.key {
-                            durable.timers.removeAll { $0.lifecycle.key == key }
+                            durable.timers.removeAll { $0.lifecycle.key == key && $0.kind != .window }
                         }
                     }
                     for timer in durable.timers {
-                        let wait = TimerRecording<Effect>.wait(timer.lifecycle, left: (timer.due ?? now) - now)
-                        effects.append(.wait(timer.name, lifecycle: wait))
+                        let left = (timer.due ?? now) - now
+                        switch timer.kind {
+                        case .wait:
+                            effects.append(
+                                .wait(timer.name, lifecycle: TimerRecording<Effect>.wait(timer.lifecycle, left: left))
+                            )
+                        case .window:
+                            effects.append(.wait(timer.name, lifecycle: TimerRecording<Effect>.window(left: left)))
+                        case .held:
+                            // It waits for its key's interval; with none (not recorded), it starts now.
+                            let key = timer.lifecycle.key
+                            if !durable.timers.contains(where: { $0.kind == .window && $0.lifecycle.key == key }) {
+                                effects.append(.wait(timer.name, lifecycle: TimerRecording<Effect>.window(left: .zero)))
+                            }
+                        }
                     }
                 }
                 for (index, effect) in resumed.enumerated() {
@@ -475,7 +495,7 @@ extension DurableProgram {
                 // The timers these records started are due from the time they were written.
                 if let at, !durable.timers.isEmpty {
                     for index in durable.timers.indices
-                    where durable.timers[index].due == nil && durable.timers[index].version <= version {
+                    where durable.timers[index].due == nil && durable.timers[index].from <= version {
                         durable.timers[index].due = at + durable.timers[index].delay
                     }
                 }
@@ -493,6 +513,28 @@ extension DurableProgram {
                                     delivery: ReplyDelivery(reply: found.reply, value: found.value)
                                 )
                             )
+                        } else if let timers, case let lifecycle = timers.lifecycle(effect),
+                            lifecycle.policy == .throttle, lifecycle.key != nil
+                        {
+                            // It starts now if it opened its key's interval, which then waits; a held one
+                            // waits for the interval under way, and a dropped one never starts.
+                            let name = TimerName(version: version, index: index)
+                            if durable.timers.contains(where: { $0.name == name && $0.kind == .window }) {
+                                effects.append(
+                                    .effect(
+                                        effect,
+                                        key: IdempotencyKey(stream: stream, version: version, index: index),
+                                        context: pending.context,
+                                        lifecycle: TimerRecording<Effect>.due(lifecycle)
+                                    )
+                                )
+                                effects.append(
+                                    .wait(
+                                        name,
+                                        lifecycle: TimerRecording<Effect>.window(left: lifecycle.interval ?? .zero)
+                                    )
+                                )
+                            }
                         } else if let timers, case let lifecycle = timers.lifecycle(effect),
                             TimerRecording<Effect>.waits(lifecycle)
                         {
@@ -535,12 +577,26 @@ extension DurableProgram {
                 // A timer a later event ended, or one of a failed loop, does not start.
                 guard durable.phase == .running, let index = durable.timers.firstIndex(where: { $0.name == name })
                 else { return [] }
-                let timer = durable.timers.remove(at: index)
-                durable.fired.append(name)
-                let key = IdempotencyKey(stream: durable.stream, version: name.version, index: name.index)
-                let lifecycle = TimerRecording<Effect>.due(timer.lifecycle)
-                return [.effect(timer.effect, key: key, context: timer.context, lifecycle: lifecycle)]
-                    + durable.handOver(snapshotEvery: snapshotEvery, timers: timers, work: work)
+                var effects: [DurableEffect<State, Event, Effect>]
+                switch durable.timers[index].kind {
+                case .wait:
+                    let timer = durable.timers.remove(at: index)
+                    durable.fired.append(name)
+                    let key = IdempotencyKey(stream: durable.stream, version: name.version, index: name.index)
+                    let lifecycle = TimerRecording<Effect>.due(timer.lifecycle)
+                    effects = [.effect(timer.effect, key: key, context: timer.context, lifecycle: lifecycle)]
+                case .window:
+                    // The interval ends: the effect held for it starts and opens the next.
+                    let window = durable.timers.remove(at: index)
+                    durable.fired.append(name)
+                    let held = durable.timers.firstIndex {
+                        $0.kind == .held && $0.lifecycle.key == window.lifecycle.key
+                    }
+                    effects = held.map { durable.renew($0) } ?? []
+                case .held:
+                    effects = durable.renew(index)
+                }
+                return effects + durable.handOver(snapshotEvery: snapshotEvery, timers: timers, work: work)
             case .snapshotFailed(let reason):
                 durable.lastSnapshotFailure = reason
                 return []
@@ -586,6 +642,7 @@ extension DurableState {
         unrecorded = []
         notes = [:]
         fired = []
+        renewed = []
         appending = false
         return [.fail(stream: stream, tickets: tickets, reason: reason), .stop]
     }
@@ -739,17 +796,40 @@ extension DurableState {
         for (index, effect) in effects.enumerated() {
             let lifecycle = recording.lifecycle(effect)
             if lifecycle.policy == .cancel || lifecycle.policy == .latest, let key = lifecycle.key, !timers.isEmpty {
-                let ending = timers.filter { $0.lifecycle.key == key }
+                // An interval under way is not ended: it ends at its time, as the engine's does.
+                let ending = timers.filter { $0.lifecycle.key == key && $0.kind != .window }
                 if !ending.isEmpty {
                     note.ended += ending.map(\.name)
-                    timers.removeAll { $0.lifecycle.key == key }
+                    timers.removeAll { $0.lifecycle.key == key && $0.kind != .window }
                 }
             }
-            guard TimerRecording<Effect>.waits(lifecycle), let delay = lifecycle.delay else { continue }
+            let kind: TimerKind
+            let delay: Duration
+            if lifecycle.policy == .throttle, let key = lifecycle.key {
+                delay = lifecycle.interval ?? .zero
+                if timers.contains(where: { $0.kind == .window && $0.lifecycle.key == key }) {
+                    guard lifecycle.keepsLatest else {
+                        droppedEffects += 1
+                        continue
+                    }
+                    // A newer one replaces the one held.
+                    if let replaced = timers.firstIndex(where: { $0.kind == .held && $0.lifecycle.key == key }) {
+                        note.ended.append(timers.remove(at: replaced).name)
+                        droppedEffects += 1
+                    }
+                    kind = .held
+                } else {
+                    kind = .window
+                }
+            } else if TimerRecording<Effect>.waits(lifecycle), let wait = lifecycle.delay {
+                (kind, delay) = (.wait, wait)
+            } else {
+                continue
+            }
             let payload = Result { () throws(CodecError) -> [UInt8] in
                 do { return try recording.encode(effect) } catch { throw CodecError("\(error)") }
             }
-            note.started.append(TimerNote.Started(index: index, delay: delay, payload: payload))
+            note.started.append(TimerNote.Started(index: index, delay: delay, payload: payload, kind: kind))
             timers.append(
                 DurableTimer(
                     version: version,
@@ -758,10 +838,32 @@ extension DurableState {
                     payload: (try? payload.get()) ?? [],
                     delay: delay,
                     lifecycle: lifecycle,
-                    context: context
+                    context: context,
+                    kind: kind
                 )
             )
         }
+    }
+
+    /// The held throttled effect at `index` starts: it opens its key's next interval, which waits its
+    /// delay from now, and is due, once recorded, its delay after the record that says so.
+    @inlinable
+    mutating func renew(_ index: Int) -> [DurableEffect<State, Event, Effect>] {
+        timers[index].kind = .window
+        timers[index].due = nil
+        timers[index].from = .max
+        let timer = timers[index]
+        renewed.append(timer.name)
+        let key = IdempotencyKey(stream: stream, version: timer.version, index: timer.index)
+        return [
+            .effect(
+                timer.effect,
+                key: key,
+                context: timer.context,
+                lifecycle: TimerRecording<Effect>.due(timer.lifecycle)
+            ),
+            .wait(timer.name, lifecycle: TimerRecording<Effect>.window(left: timer.delay)),
+        ]
     }
 
     /// Hands the unrecorded events to the store, unless an append is under way; with them (or in a record
@@ -772,21 +874,27 @@ extension DurableState {
         timers recording: TimerRecording<Effect>? = nil,
         work: (@Sendable (DurableState) -> Bool)? = nil
     ) -> [DurableEffect<State, Event, Effect>] {
-        guard !appending, !unrecorded.isEmpty || !fired.isEmpty else { return [] }
+        guard !appending, !unrecorded.isEmpty || !fired.isEmpty || !renewed.isEmpty else { return [] }
         appending = true
         let events = unrecorded
         var notes = self.notes
         unrecorded = []
         self.notes = [:]
         var records = events.count
-        if !fired.isEmpty {
+        if !fired.isEmpty || !renewed.isEmpty {
             if events.isEmpty {
                 // A record of its own, after the last one.
                 version += 1
                 records = 1
             }
             notes[max(events.count - 1, 0), default: EventNote()].timers.fired = fired
+            if !renewed.isEmpty {
+                notes[max(events.count - 1, 0), default: EventNote()].timers.renewed = renewed
+                // Their intervals are due from this record's time.
+                for index in timers.indices where renewed.contains(timers[index].name) { timers[index].from = version }
+            }
             fired = []
+            renewed = []
         }
         sinceSnapshot += UInt64(records)
         var snapshot: State?

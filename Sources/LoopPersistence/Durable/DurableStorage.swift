@@ -111,7 +111,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
     }
 
     /// Applies what the record at `version` says of timers to those waiting: the ones it started, due
-    /// their delay after the record's time, then the ones it ended or saw start.
+    /// their delay after the record's time, then the ones it ended or saw start, then the held effects
+    /// that started and opened an interval, due their delay after the record's time.
     @inlinable
     static func record(_ note: TimerNote, at version: UInt64, in timers: inout [TimerName: RecordedTimer]) {
         for started in note.started {
@@ -121,11 +122,18 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 index: started.index,
                 payload: (try? started.payload.get()) ?? [],
                 delay: started.delay,
-                due: note.recordedAt.map { $0 + started.delay }
+                due: note.recordedAt.map { $0 + started.delay },
+                kind: started.kind
             )
         }
         for name in note.ended { timers[name] = nil }
         for name in note.fired { timers[name] = nil }
+        for name in note.renewed {
+            guard var timer = timers[name] else { continue }
+            timer.kind = .window
+            timer.due = note.recordedAt.map { $0 + timer.delay }
+            timers[name] = timer
+        }
     }
 
     /// Appends the events, each with its note: `.recorded`, or `.failed`.
@@ -162,7 +170,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         payloads.reserveCapacity(batch.count + 1)
         func note(_ index: Int) throws -> EventNote? {
             guard var note = notes.isEmpty ? nil : notes[index] else { return nil }
-            if !note.timers.started.isEmpty {
+            if note.timers.isTimed {
                 for started in note.timers.started {
                     if case .failure(let error) = started.payload { throw CodecError("a timer's effect: \(error)") }
                 }
@@ -183,10 +191,10 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         return .success(payloads)
     }
 
-    /// The time to stamp an append with: now, if a note of it starts a timer.
+    /// The time to stamp an append with: now, if a note of it starts a timer or opens an interval.
     @inlinable
     func stamp(_ notes: [Int: EventNote]) -> Duration? {
-        guard !notes.isEmpty, notes.values.contains(where: { !$0.timers.started.isEmpty }) else { return nil }
+        guard !notes.isEmpty, notes.values.contains(where: { $0.timers.isTimed }) else { return nil }
         return epoch.sinceEpoch
     }
 

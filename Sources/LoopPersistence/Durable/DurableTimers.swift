@@ -50,8 +50,8 @@ public struct TimerRecording<Effect>: Sendable {
         decode = { try codec.decode($0) }
     }
 
-    /// Whether `lifecycle` makes an effect wait: a delayed or debounced one. A throttle's wait is not a
-    /// timer of its own (it is not kept across restarts).
+    /// Whether `lifecycle` makes an effect wait for its delay: a delayed or debounced one. (A throttled
+    /// one is kept too, as a window or a held effect: see ``TimerKind``.)
     @inlinable
     static func waits(_ lifecycle: EffectLifecycle) -> Bool {
         lifecycle.delay != nil && (lifecycle.policy == .concurrent || lifecycle.policy == .latest)
@@ -63,6 +63,13 @@ public struct TimerRecording<Effect>: Sendable {
     @inlinable
     static func due(_ lifecycle: EffectLifecycle) -> EffectLifecycle {
         .concurrent(lifecycle.key, timeout: lifecycle.timeout)
+    }
+
+    /// The lifecycle of a throttle's interval, `left` long: no key (a `cancel` of the throttle's key ends
+    /// the effect held for it, not the interval), no timeout.
+    @inlinable
+    static func window(left: Duration) -> EffectLifecycle {
+        .delayed(by: max(left, .zero))
     }
 
     /// The lifecycle of the wait itself, `left` long: the effect's key and policy (so a `cancel` of the
@@ -95,7 +102,12 @@ extension DurableProgram where Effect: ManagedEffect {
     ///   good: the end is recorded with the event that asked for it.
     /// - Due times are on the loop's clock if it is an ``EpochClock`` (`ManualClock` is), otherwise on
     ///   the system's real-time clock: a clock set back delays recovered timers by as much.
-    /// - Throttles are not timers: a throttle's interval starts afresh after a restart.
+    /// - A throttle (``/EffectHandlers/EffectLifecycle/throttle(_:every:latest:timeout:)``) is decided
+    ///   by the durable loop itself, so it holds across restarts too: the interval its first effect
+    ///   opens is a timer (a ``TimerKind/window``), an effect asked for within it waits as a
+    ///   ``TimerKind/held`` timer (a newer one replaces it; with `latest: false` it is dropped), and
+    ///   when the interval ends the held effect starts and opens the next one. A restart within an
+    ///   interval does not let a second effect start early, and a held effect is not lost.
     public func keepingTimers(codec: some EventCodec<Effect>) -> DurableProgram {
         var program = self
         program.timers = TimerRecording(lifecycle: { $0.lifecycle }, codec: codec)
@@ -108,6 +120,18 @@ extension DurableProgram where Effect: ManagedEffect & Codable {
     public func keepingTimers() -> DurableProgram {
         keepingTimers(codec: BinaryCodec<Effect>())
     }
+}
+
+/// What a timer a durable loop keeps waits for.
+public enum TimerKind: UInt8, Sendable, Hashable {
+    /// An effect waiting for its delay (delayed, or debounced): once due, it starts.
+    case wait = 0
+    /// A throttle's interval under way for its effect's key: the effect started when the interval
+    /// opened; when it is due, the interval ends, and the effect held for it (if any) starts and opens
+    /// the next.
+    case window = 1
+    /// A throttled effect asked for within its key's interval, waiting for the interval's end.
+    case held = 2
 }
 
 /// A timer a durable loop keeps: an effect that waits, the event that asked for it, and when it is due.
@@ -129,6 +153,12 @@ public struct DurableTimer<Effect> {
     /// The context its event was sent with, for the scope around the effect (not recorded: a recovered
     /// timer runs without one).
     public var context: EffectContext
+    /// What it waits for.
+    public var kind: TimerKind
+    /// The version of the record its due time counts from: its event's, or, for a held effect that
+    /// started and opened an interval, the record that says so (`UInt64.max` until that record is
+    /// handed to the store).
+    public var from: UInt64
 
     /// Creates a timer.
     @inlinable
@@ -140,7 +170,8 @@ public struct DurableTimer<Effect> {
         delay: Duration,
         lifecycle: EffectLifecycle,
         due: Duration? = nil,
-        context: EffectContext = .none
+        context: EffectContext = .none,
+        kind: TimerKind = .wait
     ) {
         self.version = version
         self.index = index
@@ -150,12 +181,14 @@ public struct DurableTimer<Effect> {
         self.lifecycle = lifecycle
         self.due = due
         self.context = context
+        self.kind = kind
+        self.from = version
     }
 
     /// The timer as stored.
     @inlinable
     public var recorded: RecordedTimer {
-        RecordedTimer(version: version, index: index, payload: payload, delay: delay, due: due)
+        RecordedTimer(version: version, index: index, payload: payload, delay: delay, due: due, kind: kind)
     }
 }
 
@@ -171,20 +204,31 @@ public struct RecordedTimer: Hashable, Sendable {
     public var delay: Duration
     /// When it is due, on the loop's ``EpochClock``; `nil` until its event is recorded.
     public var due: Duration?
+    /// What it waits for.
+    public var kind: TimerKind
 
     /// Creates a recorded timer.
     @inlinable
-    public init(version: UInt64, index: Int, payload: [UInt8], delay: Duration, due: Duration?) {
+    public init(
+        version: UInt64,
+        index: Int,
+        payload: [UInt8],
+        delay: Duration,
+        due: Duration?,
+        kind: TimerKind = .wait
+    ) {
         self.version = version
         self.index = index
         self.payload = payload
         self.delay = delay
         self.due = due
+        self.kind = kind
     }
 }
 
-/// What an event's record says of timers: those it started, with the time of the record, and those
-/// it ended (a `cancel` or a newer debounce of their key).
+/// What an event's record says of timers: those it started, with the time of the record, those it
+/// ended (a `cancel` or a newer debounce of their key), those that started since the last record, and
+/// the held effects among these that opened a throttle's interval.
 public struct TimerNote: Sendable, Hashable {
     /// The effects of the event that wait: each one's position, delay and stored bytes (or why it did
     /// not encode, which fails the append).
@@ -193,6 +237,9 @@ public struct TimerNote: Sendable, Hashable {
     public var ended: [TimerName]
     /// The timers that became due and started since the last record, by name.
     public var fired: [TimerName]
+    /// The held throttled effects that started since the last record, by name: each opened its key's
+    /// next interval, a ``TimerKind/window`` due its delay after this record's time.
+    public var renewed: [TimerName]
     /// The time of the record on the loop's ``EpochClock``, set as it is written: a timer it starts is
     /// due this long after it plus its delay.
     public var recordedAt: Duration?
@@ -205,12 +252,15 @@ public struct TimerNote: Sendable, Hashable {
         public var delay: Duration
         /// Its stored bytes, or why they could not be made.
         public var payload: Result<[UInt8], CodecError>
+        /// What it waits for.
+        public var kind: TimerKind
 
         /// Creates one.
-        public init(index: Int, delay: Duration, payload: Result<[UInt8], CodecError>) {
+        public init(index: Int, delay: Duration, payload: Result<[UInt8], CodecError>, kind: TimerKind = .wait) {
             self.index = index
             self.delay = delay
             self.payload = payload
+            self.kind = kind
         }
     }
 
@@ -219,16 +269,25 @@ public struct TimerNote: Sendable, Hashable {
         started: [Started] = [],
         ended: [TimerName] = [],
         fired: [TimerName] = [],
+        renewed: [TimerName] = [],
         recordedAt: Duration? = nil
     ) {
         self.started = started
         self.ended = ended
         self.fired = fired
+        self.renewed = renewed
         self.recordedAt = recordedAt
     }
 
     /// Whether there is nothing to record.
-    public var isEmpty: Bool { started.isEmpty && ended.isEmpty && fired.isEmpty }
+    public var isEmpty: Bool { started.isEmpty && ended.isEmpty && fired.isEmpty && renewed.isEmpty }
+
+    /// Whether the note needs the record's time: it starts a timer, or a held effect opened an interval.
+    public var isTimed: Bool { !started.isEmpty || !renewed.isEmpty }
+
+    /// Whether the note holds what records before throttles were kept could not say: a timer of
+    /// another kind than ``TimerKind/wait``, or a renewal.
+    public var isThrottled: Bool { !renewed.isEmpty || started.contains { $0.kind != .wait } }
 }
 
 /// What names a timer in its stream: the version of the event that asked for it, and its position

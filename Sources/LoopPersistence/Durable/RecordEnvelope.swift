@@ -7,6 +7,8 @@
 /// Event with a note:    marker, 1, flags (1: key, 2: answers, 4: timers), [key entry], [count, answers],
 ///                       [timers], event
 /// A note alone:         marker, 3, flags, the same parts, and no event (a record of timers that started)
+/// With throttles:       marker, 5 (an event) or 6 (a note alone), then as 1 or 3, with the timers part's
+///                       throttled form (older versions refuse these layouts rather than misread them)
 /// Snapshot with keys:   marker, 2, capacity, count, entries, state
 /// Snapshot with timers: marker, 4, flags (1: keys, 2: timers), [capacity, count, entries],
 ///                       [count, waiting timers], state
@@ -14,7 +16,9 @@
 /// An answer:            reply, version, 0 and the encoded value, or 1 and why it did not encode
 /// Timers of a record:   time written, count, started (position, delay, effect), count, ended (version,
 ///                       position), count, fired (version, position)
-/// A waiting timer:      version, position, delay, due flag, [due], effect
+/// Throttled form:       the same, with each started one's kind after its delay, and then count,
+///                       renewed (version, position)
+/// A waiting timer:      version, position, delay, flags (1: due; kind times 2), [due], effect
 ///
 /// Numbers are LEB128 varints (times and delays in nanoseconds, zigzag-encoded); lengths are checked, so
 /// damaged bytes are a ``CodecError``, never a trap.
@@ -25,6 +29,8 @@ enum RecordEnvelope {
     static let keyed: UInt8 = 2
     static let bare: UInt8 = 3
     static let kept: UInt8 = 4
+    static let notedThrottled: UInt8 = 5
+    static let bareThrottled: UInt8 = 6
 
     /// The stored bytes of an event encoded as `event`, with `note` beside it; of the note alone when
     /// `event` is `nil`. (A timer's effect that did not encode is written empty: the loop refuses such a
@@ -32,7 +38,8 @@ enum RecordEnvelope {
     @usableFromInline
     static func event(_ event: [UInt8]?, note: EventNote?) -> [UInt8] {
         guard let note, !note.isEmpty else { return event ?? [] }
-        let layout = event == nil ? bare : noted
+        let throttled = note.timers.isThrottled
+        let layout = event == nil ? (throttled ? bareThrottled : bare) : (throttled ? notedThrottled : noted)
         let event = event ?? []
         var bytes: [UInt8] = []
         // The marker, the layout and flags, a key entry's numbers (5 varints and a flag), its key; the
@@ -49,7 +56,7 @@ enum RecordEnvelope {
             BinaryTag.putVarint(UInt64(note.answers.count), &bytes)
             for answer in note.answers { put(answer, &bytes) }
         }
-        if !note.timers.isEmpty { put(note.timers, &bytes) }
+        if !note.timers.isEmpty { put(note.timers, throttled: throttled, &bytes) }
         bytes += event
         return bytes
     }
@@ -60,15 +67,18 @@ enum RecordEnvelope {
         guard stored.starts(with: marker) else { return (stored, nil) }
         var reader = Reader(stored[marker.count...])
         let layout = try reader.byte()
-        guard layout == noted || layout == bare else { throw CodecError("an event record of an unknown layout") }
+        guard layout == noted || layout == bare || layout == notedThrottled || layout == bareThrottled else {
+            throw CodecError("an event record of an unknown layout")
+        }
+        let throttled = layout == notedThrottled || layout == bareThrottled
         let flags = try reader.byte()
         var note = EventNote()
         if flags & 1 != 0 { note.key = try reader.entry() }
         if flags & 2 != 0 {
             for _ in 0..<(try reader.count()) { note.answers.append(try reader.answer()) }
         }
-        if flags & 4 != 0 { note.timers = try reader.timers() }
-        guard layout == noted else {
+        if flags & 4 != 0 { note.timers = try reader.timers(throttled: throttled) }
+        guard layout == noted || layout == notedThrottled else {
             guard reader.rest.isEmpty else { throw CodecError("a record of a note alone with bytes after it") }
             return (nil, note)
         }
@@ -100,12 +110,8 @@ enum RecordEnvelope {
                 BinaryTag.putVarint(timer.version, &bytes)
                 BinaryTag.putVarint(UInt64(timer.index), &bytes)
                 put(timer.delay, &bytes)
-                if let due = timer.due {
-                    bytes.append(1)
-                    put(due, &bytes)
-                } else {
-                    bytes.append(0)
-                }
+                bytes.append((timer.due == nil ? 0 : 1) | timer.kind.rawValue << 1)
+                if let due = timer.due { put(due, &bytes) }
                 put(timer.payload, &bytes)
             }
         }
@@ -141,29 +147,36 @@ enum RecordEnvelope {
                 let version = try reader.varint()
                 let index = try reader.index()
                 let delay = try reader.duration()
-                let due: Duration? =
-                    switch try reader.byte() {
-                    case 0: nil
-                    case 1: try reader.duration()
-                    default: throw CodecError("a timer of an unknown kind in a snapshot")
-                    }
+                let flags = try reader.byte()
+                guard let kind = TimerKind(rawValue: flags >> 1) else {
+                    throw CodecError("a timer of an unknown kind in a snapshot")
+                }
+                let due: Duration? = flags & 1 != 0 ? try reader.duration() : nil
                 timers.append(
-                    RecordedTimer(version: version, index: index, payload: try reader.blob(), delay: delay, due: due)
+                    RecordedTimer(
+                        version: version,
+                        index: index,
+                        payload: try reader.blob(),
+                        delay: delay,
+                        due: due,
+                        kind: kind
+                    )
                 )
             }
         }
         return (Array(reader.rest), keys, timers)
     }
 
-    private static func put(_ timers: TimerNote, _ bytes: inout [UInt8]) {
+    private static func put(_ timers: TimerNote, throttled: Bool, _ bytes: inout [UInt8]) {
         put(timers.recordedAt ?? .zero, &bytes)
         BinaryTag.putVarint(UInt64(timers.started.count), &bytes)
         for started in timers.started {
             BinaryTag.putVarint(UInt64(started.index), &bytes)
             put(started.delay, &bytes)
+            if throttled { bytes.append(started.kind.rawValue) }
             put((try? started.payload.get()) ?? [], &bytes)
         }
-        for names in [timers.ended, timers.fired] {
+        for names in throttled ? [timers.ended, timers.fired, timers.renewed] : [timers.ended, timers.fired] {
             BinaryTag.putVarint(UInt64(names.count), &bytes)
             for name in names {
                 BinaryTag.putVarint(name.version, &bytes)
@@ -269,17 +282,30 @@ enum RecordEnvelope {
         }
 
         /// The timers part of a record.
-        mutating func timers() throws(CodecError) -> TimerNote {
+        mutating func timers(throttled: Bool) throws(CodecError) -> TimerNote {
             var note = TimerNote(recordedAt: try duration())
             for _ in 0..<(try count()) {
                 let index = try self.index()
                 let delay = try duration()
-                note.started.append(TimerNote.Started(index: index, delay: delay, payload: .success(try blob())))
+                var kind = TimerKind.wait
+                if throttled {
+                    guard let read = TimerKind(rawValue: try byte()) else {
+                        throw CodecError("a timer of an unknown kind in a record")
+                    }
+                    kind = read
+                }
+                note.started.append(
+                    TimerNote.Started(index: index, delay: delay, payload: .success(try blob()), kind: kind)
+                )
             }
-            for kind in 0..<2 {
+            for list in 0..<(throttled ? 3 : 2) {
                 for _ in 0..<(try count()) {
                     let name = TimerName(version: try varint(), index: try self.index())
-                    if kind == 0 { note.ended.append(name) } else { note.fired.append(name) }
+                    switch list {
+                    case 0: note.ended.append(name)
+                    case 1: note.fired.append(name)
+                    default: note.renewed.append(name)
+                    }
                 }
             }
             return note
