@@ -197,6 +197,71 @@ typealias PingState = DurableState<[String], Pings.Event, Pings.Effect>
         #expect(update(&durable, .timerDue(held)).isEmpty)
     }
 
+    /// An interval that ends while the event of the effect held for it is still on its way to the
+    /// store: the effect starts once, when its event is recorded (never before, and not twice), and the
+    /// record after it says the interval fired and the held effect opened the next.
+    @Test func anIntervalEndingBeforeTheHeldEffectsEventIsRecordedStartsItOnceWhenItIs() {
+        var durable = running()
+        _ = update(&durable, .event(.ping("a"), ticket: nil))
+        _ = update(&durable, .recorded(upTo: 1, at: .seconds(100)))
+        _ = update(&durable, .event(.ping("b"), ticket: nil))
+        let window = TimerName(version: 1, index: 0)
+        let held = TimerName(version: 2, index: 0)
+        #expect(update(&durable, .timerDue(window)).isEmpty)
+        #expect(
+            update(&durable, .recorded(upTo: 2, at: .seconds(104))) == [
+                .effect(
+                    .notify("b"),
+                    key: IdempotencyKey(stream: "p", version: 2, index: 0),
+                    lifecycle: .concurrent("notify")
+                ),
+                .wait(held, lifecycle: interval),
+                .append(
+                    stream: "p",
+                    events: [],
+                    expecting: 2,
+                    snapshot: nil,
+                    notes: [0: EventNote(timers: TimerNote(fired: [window], renewed: [held]))]
+                ),
+            ]
+        )
+        #expect(durable.timers.map(\.due) == [nil])
+        #expect(update(&durable, .recorded(upTo: 3, at: .seconds(105))).isEmpty)
+        #expect(durable.timers.map(\.due) == [.seconds(115)])
+        #expect(durable.timers.map(\.kind) == [.window])
+    }
+
+    /// A throttled effect that `resume` asks for restarts work under way: it starts at once under its
+    /// key, not throttled again (by the durable loop or by the engine), even within a recovered interval.
+    @Test func aThrottledEffectResumedStartsAtOnce() throws {
+        let program = DurableProgram(
+            initial: [String](),
+            update: Pings.update,
+            resume: { log in log.isEmpty ? [] : [.notify("again")] }
+        )
+        .keepingTimers()
+        let update = program.durableUpdate(snapshotEvery: nil)
+        var durable = PingState(stream: "p", initial: [])
+        let window = RecordedTimer(
+            version: 1,
+            index: 0,
+            payload: try Pings.payload(.notify("a")),
+            delay: .seconds(10),
+            due: .seconds(110),
+            kind: .window
+        )
+        #expect(
+            update(&durable, .recovered(["a"], version: 2, snapshot: 0, timers: [window], now: .seconds(104))) == [
+                .wait(window.name, lifecycle: .delayed(by: .seconds(6))),
+                .effect(
+                    .notify("again"),
+                    key: IdempotencyKey(stream: "p", version: 2, index: 0, resumed: true),
+                    lifecycle: .concurrent("notify")
+                ),
+            ]
+        )
+    }
+
     /// `latest: false`: an effect asked for within the interval is dropped, and nothing is recorded of it.
     @Test func anEffectWithinTheIntervalOfADroppingThrottleIsDropped() {
         var durable = running()
@@ -384,6 +449,9 @@ typealias PingState = DurableState<[String], Pings.Event, Pings.Effect>
         try await running(second) {
             await clock.sleepers(atLeast: 1)
             clock.advance(by: .seconds(5))
+            // Recovered: a's interval waits, b waits for it; nothing started.
+            _ = try await second.durableState()
+            #expect(second.core.state.timers.map(\.kind) == [.window, .held])
             #expect(pings.started.withLock { $0 } == ["a"])
             clock.advance(by: .seconds(1))
             await eventually("b to be recorded") { second.state == ["a", "b"] && second.core.state.isQuiet }
@@ -433,7 +501,14 @@ typealias PingState = DurableState<[String], Pings.Event, Pings.Effect>
             _ = try await first.sendDurably(.ping("a"))
             await eventually("a to be recorded") { first.state == ["a"] && first.core.state.isQuiet }
             _ = try await first.sendDurably(.ping("b"))
-            await eventually("the snapshot with b held") { first.storeWork.snapshotsSaved >= 3 }
+            // Snapshots wait for an idle thread, and a newer one replaces one still waiting: wait for
+            // the one at b's version (3: a, a notified, b), which carries a's interval and b held.
+            // (A look a millisecond, as `eventually` does, so a slow run is not starved by this one.)
+            let limit = ContinuousClock.now + .seconds(300)
+            while try await store.latestSnapshot(of: "p")?.version != 3 {
+                try #require(ContinuousClock.now < limit, "the snapshot at b's version was never saved")
+                try await Task.sleep(for: .milliseconds(1))
+            }
         }
         clock.advance(by: .seconds(3_600))
         let second = loop(store, clock, pings)

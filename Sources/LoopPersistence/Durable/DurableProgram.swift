@@ -461,7 +461,13 @@ extension DurableProgram {
                         effects.append(.reply(effect, stream: stream, delivery: delivery))
                     } else {
                         let key = IdempotencyKey(stream: stream, version: version, index: index, resumed: true)
-                        effects.append(.effect(effect, key: key))
+                        // A throttled one restarts work that was under way: no interval holds it back, and
+                        // it opens none (the durable loop decides throttles, so the engine must not).
+                        var lifecycle: EffectLifecycle?
+                        if let timers, case let own = timers.lifecycle(effect), own.policy == .throttle {
+                            lifecycle = TimerRecording<Effect>.due(own)
+                        }
+                        effects.append(.effect(effect, key: key, lifecycle: lifecycle))
                     }
                 }
                 // Readers that asked while recovering wait for the calls held before them to be recorded.
@@ -687,7 +693,9 @@ extension DurableState {
             }
         }
         // Timers are named by their position among the effects kept (a second reply is not one of them).
-        if let timers, !effects.isEmpty { keep(effects, context: context, as: timers, in: &note.timers) }
+        if let timers, !effects.isEmpty {
+            keep(effects, context: context, as: timers, replies: replies, in: &note.timers)
+        }
         if !note.isEmpty { notes[unrecorded.count] = note }
         unrecorded.append(event)
         if !effects.isEmpty || ticket != nil {
@@ -791,9 +799,12 @@ extension DurableState {
         _ effects: [Effect],
         context: EffectContext,
         as recording: TimerRecording<Effect>,
+        replies: ReplyRecording<Effect>? = nil,
         in note: inout TimerNote
     ) {
         for (index, effect) in effects.enumerated() {
+            // A reply is delivered once its event is recorded, whatever its lifecycle says.
+            if let replies, replies.find(effect) != nil { continue }
             let lifecycle = recording.lifecycle(effect)
             if lifecycle.policy == .cancel || lifecycle.policy == .latest, let key = lifecycle.key, !timers.isEmpty {
                 // An interval under way is not ended: it ends at its time, as the engine's does.
@@ -846,7 +857,8 @@ extension DurableState {
     }
 
     /// The held throttled effect at `index` starts: it opens its key's next interval, which waits its
-    /// delay from now, and is due, once recorded, its delay after the record that says so.
+    /// delay from now, and is due, once recorded, its delay after the record that says so. (One whose
+    /// event is not recorded yet is only turned into the interval: its release starts it.)
     @inlinable
     mutating func renew(_ index: Int) -> [DurableEffect<State, Event, Effect>] {
         timers[index].kind = .window
@@ -854,6 +866,9 @@ extension DurableState {
         timers[index].from = .max
         let timer = timers[index]
         renewed.append(timer.name)
+        // Its event is not recorded yet: it starts when it is, released with its event's other effects
+        // as an effect that opened an interval is.
+        guard timer.version <= recorded else { return [] }
         let key = IdempotencyKey(stream: stream, version: timer.version, index: timer.index)
         return [
             .effect(
