@@ -37,146 +37,6 @@ final class Host: Sendable {
         }
     }
 
-    /// What the hosting task is told to do next.
-    enum Command {
-        case startSources(@Sendable () async -> Void)
-        case addRunners(Int)
-        case stop(gracePeriod: Duration)
-        case deadline
-        case quiescent
-        case cancelled
-    }
-
-    /// Whether a hosting task runs, and what it does.
-    private enum Phase {
-        /// No hosting task: nothing to coordinate. The next command starts one.
-        case dormant
-        /// The hosting task takes commands.
-        case coordinating
-        /// The hosting task has taken its last command (the shutdown is complete, or cut short) and only
-        /// waits for its group's tasks to finish.
-        case closing
-    }
-
-    /// Jobs in the order they were posted. A job handed out leaves its slot at once, so what it holds
-    /// (its loop, its effect) is not kept until the queue next empties.
-    private struct Queue {
-        private var jobs: [Job?] = []
-        private var head = 0
-
-        var isEmpty: Bool { head == jobs.count }
-
-        var count: Int { jobs.count - head }
-
-        mutating func append(_ job: Job) { jobs.append(job) }
-
-        mutating func removeFirst() -> Job? {
-            guard head < jobs.count else { return nil }
-            let job = jobs[head].take()
-            head += 1
-            if head == jobs.count {
-                removeAll()
-            } else if head >= 1_024 && head * 2 >= jobs.count {
-                // Under a backlog that never empties, the slots handed out do not accumulate.
-                jobs.removeFirst(head)
-                head = 0
-            }
-            return job
-        }
-
-        /// Empties the queue; returns what was in it.
-        @discardableResult
-        mutating func removeAll() -> [Job] {
-            defer {
-                // A queue that grew in a burst does not keep its storage while idle.
-                jobs.removeAll(keepingCapacity: jobs.capacity <= 16)
-                head = 0
-            }
-            return jobs[head...].compactMap { $0 }
-        }
-    }
-
-    private struct Mailbox {
-        var queue = Queue()
-        /// Runners alive, including those asked for and not yet added to the group.
-        var runners = 0
-        /// Runners asked for that the hosting task has not added yet.
-        var runnersToAdd = 0
-        /// Runners on their way: asked for, and not yet at their first job.
-        var runnersComing = 0
-        /// Whether the hosting task stays until the end instead of ending when nothing runs: the host of
-        /// `run()`, whose task the effects' runners inherit task-local values and priority from.
-        var keepsTask = false
-        /// The sources, until the hosting task starts them.
-        var sourcesToStart: (@Sendable () async -> Void)?
-        /// Whether the sources' task runs.
-        var sourcesRunning = false
-        var stop: Duration?
-        var deadline = false
-        var quiescent = false
-        var cancelled = false
-        var closed = false
-        var members = 0
-        var stopRequested = false
-        var phase = Phase.dormant
-        var waiter: CheckedContinuation<Command?, Never>?
-        var timers: [Task<Void, Never>] = []
-        var ended = false
-        var endWaiters: [CheckedContinuation<Void, Never>] = []
-        var shutdown: Shutdown?
-
-        /// The next command. A cancellation or the deadline comes before anything else, so a stream of new
-        /// effects cannot postpone them (the jobs left are abandoned when the host closes).
-        mutating func take() -> Command? {
-            if cancelled { return .cancelled }
-            if deadline {
-                deadline = false
-                return .deadline
-            }
-            if let sources = sourcesToStart {
-                sourcesToStart = nil
-                sourcesRunning = true
-                return .startSources(sources)
-            }
-            if runnersToAdd > 0 {
-                defer { runnersToAdd = 0 }
-                return .addRunners(runnersToAdd)
-            }
-            // Before quiescence, even when both are there: a source that ignores cancellation can still
-            // hold the group after the last member left, and only the deadline ends `run()`'s wait then.
-            if let gracePeriod = stop {
-                stop = nil
-                return .stop(gracePeriod: gracePeriod)
-            }
-            if quiescent {
-                quiescent = false
-                return .quiescent
-            }
-            return nil
-        }
-
-        /// Whether nothing runs or waits: the hosting task may end (unless it stays until the end).
-        var isIdle: Bool {
-            !keepsTask && runners == 0 && !sourcesRunning && sourcesToStart == nil && !cancelled && !deadline
-                && runnersToAdd == 0
-                && stop == nil
-                && !quiescent
-        }
-
-        /// Asks for runners while jobs wait: at least one on its way, and as many as are already at work
-        /// (up to one per waiting job), so a backlog of long effects doubles its runners at each turn
-        /// instead of adding them one by one.
-        mutating func callRunnersIfNeeded() {
-            let working = runners - runnersComing
-            let wanted = min(queue.count, max(1, working))
-            guard wanted > runnersComing else { return }
-            let more = wanted - runnersComing
-            runnersComing += more
-            runners += more
-            runnersToAdd += more
-        }
-    }
-
     /// What the hosting task does at each turn of a shutdown; each is called on the hosting task.
     struct Shutdown: Sendable {
         /// Graceful shutdown began (sources are to stop).
@@ -187,14 +47,13 @@ final class Host: Sendable {
         var cancelled: @Sendable () -> Void
     }
 
-    /// What a change to the mailbox asks of the caller, once the lock is released.
-    private enum Wake {
-        case none
-        case resume(CheckedContinuation<Command?, Never>, Command?)
-        case launch
-    }
+    /// The host's state machine: every change to it is one of its inputs, and what it returns is carried
+    /// out here once the lock is released.
+    private typealias Machine = HostMachine<
+        Job, CheckedContinuation<HostCommand?, Never>, CheckedContinuation<Void, Never>
+    >
 
-    private let mailbox = Locked(Mailbox())
+    private let machine: Locked<Machine>
     private let clock: any Clock<Duration>
 
     /// A host whose shutdown takes the turns of `shutdown`, timed on `clock`, with `members` loops on it
@@ -205,111 +64,49 @@ final class Host: Sendable {
         members: Int = 0
     ) {
         self.clock = clock
-        mailbox.withLock { mailbox in
-            mailbox.shutdown = shutdown
-            mailbox.members = members
-        }
+        machine = Locked(Machine(shutdown: shutdown, members: members))
     }
 
     /// Runs `job` as soon as a runner gets to it; abandons it at once if the host has closed.
     @usableFromInline
     func spawn(_ job: Job) {
-        var abandoned = false
-        post { mailbox in
-            if mailbox.closed {
-                abandoned = true
-            } else {
-                mailbox.queue.append(job)
-                mailbox.callRunnersIfNeeded()
-            }
-        }
-        if abandoned { job.abandon() }
-    }
-
-    /// Stops taking jobs, abandoning those not yet run; later ones are abandoned when spawned.
-    private func close() {
-        let leftovers = mailbox.withLock { mailbox in
-            mailbox.closed = true
-            return mailbox.queue.removeAll()
-        }
-        for job in leftovers { job.abandon() }
+        let (wake, abandoned) = machine.withLock { $0.spawn(job) }
+        perform(wake)
+        abandoned?.abandon()
     }
 
     /// Asks for a graceful stop within `gracePeriod`; the shortest asked for wins.
     @usableFromInline
     func requestStop(gracePeriod: Duration) {
-        var closing = false
-        post { mailbox in
-            mailbox.stop = mailbox.stop.map { min($0, gracePeriod) } ?? gracePeriod
-            mailbox.stopRequested = true
-            if mailbox.members <= 0 { mailbox.quiescent = true }
-            if case .closing = mailbox.phase { closing = true }
-        }
+        let (wake, startDeadline) = machine.withLock { $0.requestStop(gracePeriod: gracePeriod) }
+        perform(wake)
         // The hosting task no longer takes commands (every member stopped; it waits for a source that
         // ignores cancellation): the deadline must still come.
-        if closing { startDeadline(after: gracePeriod) }
+        if startDeadline { self.startDeadline(after: gracePeriod) }
     }
 
     /// The task running `run()` was cancelled. Once the hosting task no longer takes commands (every
     /// member stopped, the group waiting for a source), `run()`'s wait ends at once.
     @usableFromInline
     func cancel() {
-        var endNow = false
-        post { mailbox in
-            mailbox.cancelled = true
-            if case .closing = mailbox.phase { endNow = true }
-        }
+        let (wake, endNow) = machine.withLock { $0.cancel() }
+        perform(wake)
         if endNow { end() }
     }
 
     /// A loop runs on this host from now on.
     @usableFromInline
     func join() {
-        mailbox.withLock { $0.members += 1 }
+        machine.withLock { $0.join() }
     }
 
     /// A loop has stopped; once every member has left after a stop was requested, the host is done.
     @usableFromInline
     func leave() {
-        post { mailbox in
-            mailbox.members -= 1
-            if mailbox.stopRequested && mailbox.members <= 0 { mailbox.quiescent = true }
-        }
+        perform(machine.withLock { $0.leave() })
     }
 
-    /// Changes the mailbox, then hands the hosting task its next command, starting the task if none runs.
-    private func post(_ change: (inout Mailbox) -> Void) {
-        let wake = mailbox.withLock { mailbox -> Wake in
-            change(&mailbox)
-            return Self.wake(&mailbox)
-        }
-        perform(wake)
-    }
-
-    /// What a changed mailbox asks for. Called with the lock held.
-    private static func wake(_ mailbox: inout Mailbox) -> Wake {
-        switch mailbox.phase {
-        case .dormant:
-            guard !mailbox.isIdle else { return .none }
-            mailbox.phase = .coordinating
-            return .launch
-        case .coordinating:
-            guard let waiter = mailbox.waiter else { return .none }
-            if let command = mailbox.take() {
-                mailbox.waiter = nil
-                return .resume(waiter, command)
-            }
-            // The last runner has ended: the hosting task ends too.
-            guard mailbox.isIdle else { return .none }
-            mailbox.waiter = nil
-            mailbox.phase = .dormant
-            return .resume(waiter, nil)
-        case .closing:
-            return .none
-        }
-    }
-
-    private func perform(_ wake: Wake) {
+    private func perform(_ wake: Machine.Wake) {
         switch wake {
         case .none: break
         case .resume(let waiter, let command): waiter.resume(returning: command)
@@ -323,18 +120,7 @@ final class Host: Sendable {
 
     /// Ends `run()`'s wait; the first call counts.
     func end() {
-        let (waiters, timers) = mailbox.withLock {
-            mailbox -> ([CheckedContinuation<Void, Never>], [Task<Void, Never>]) in
-            guard !mailbox.ended else { return ([], []) }
-            mailbox.ended = true
-            // What it references (the loops) is released once the shutdown is over.
-            mailbox.shutdown = nil
-            defer {
-                mailbox.endWaiters = []
-                mailbox.timers = []
-            }
-            return (mailbox.endWaiters, mailbox.timers)
-        }
+        let (waiters, timers) = machine.withLock { $0.end() }
         for timer in timers { timer.cancel() }
         for waiter in waiters { waiter.resume() }
     }
@@ -343,39 +129,24 @@ final class Host: Sendable {
     /// returns only once that has been carried out (members stopped, effects cancelled).
     func ended() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ended = mailbox.withLock { mailbox in
-                if !mailbox.ended { mailbox.endWaiters.append(continuation) }
-                return mailbox.ended
-            }
-            if ended { continuation.resume() }
+            if machine.withLock({ $0.awaitEnd(continuation) }) { continuation.resume() }
         }
     }
 
     /// Whether a hosting task runs (or is about to).
     var hasTask: Bool {
-        mailbox.withLock { mailbox in
-            if case .dormant = mailbox.phase { false } else { true }
-        }
+        machine.withLock { $0.hasTask }
     }
 
     /// Starts the hosting task now, from the caller's task, and keeps it until the end: for `run()`, so
     /// effects run in tasks that inherit its task-local values and priority, as child tasks would.
     func launchKeepingTask() {
-        let launch = mailbox.withLock { mailbox -> Bool in
-            mailbox.keepsTask = true
-            guard case .dormant = mailbox.phase else { return false }
-            mailbox.phase = .coordinating
-            return true
-        }
-        if launch { Task { await self.host() } }
+        if machine.withLock({ $0.launchKeepingTask() }) { Task { await self.host() } }
     }
 
     /// Runs `sources` until the shutdown begins; not if it has begun already.
     func startSources(_ sources: @escaping @Sendable () async -> Void) {
-        post { mailbox in
-            guard !mailbox.stopRequested, !mailbox.closed else { return }
-            mailbox.sourcesToStart = sources
-        }
+        perform(machine.withLock { $0.startSources(sources) })
     }
 
     /// The hosting task: runs the sources and the runners asked for, takes commands until the shutdown is
@@ -394,7 +165,7 @@ final class Host: Sendable {
             case .startSources(let sources):
                 group.addTask {
                     await sources()
-                    self.post { $0.sourcesRunning = false }
+                    self.perform(self.machine.withLock { $0.sourcesEnded() })
                 }
             case .addRunners(let count):
                 for _ in 0..<count { group.addTask { await self.runJobs() } }
@@ -422,17 +193,16 @@ final class Host: Sendable {
 
     /// The shutdown's turns, while it is not over.
     private var shutdown: Shutdown? {
-        mailbox.withLock { $0.shutdown }
+        machine.withLock { $0.shutdown }
     }
 
     /// Closes the host after the last command: jobs not started are abandoned, running ones cancelled. A
     /// deadline or cancellation that comes later ends `run()`'s wait at once.
     private func finish(_ group: inout DiscardingTaskGroup) {
-        mailbox.withLock { $0.phase = .closing }
-        close()
+        let (leftovers, pending) = machine.withLock { $0.finish() }
+        for job in leftovers { job.abandon() }
         group.cancelAll()
-        // A deadline or cancellation posted after the last command was taken is not lost.
-        let pending = mailbox.withLock { $0.deadline || $0.cancelled }
+        // A deadline or cancellation posted before the last command was taken is not lost.
         if pending { end() }
     }
 
@@ -448,16 +218,8 @@ final class Host: Sendable {
     /// The next job for a runner (`first`: its first), asking for another runner if more jobs wait; `nil`
     /// when there is none, and the runner ends.
     private func nextJob(first: Bool) -> Job? {
-        var job: Job?
-        post { mailbox in
-            if first { mailbox.runnersComing -= 1 }
-            job = mailbox.closed ? nil : mailbox.queue.removeFirst()
-            if job == nil {
-                mailbox.runners -= 1
-            } else {
-                mailbox.callRunnersIfNeeded()
-            }
-        }
+        let (job, wake) = machine.withLock { $0.nextJob(first: first) }
+        perform(wake)
         return job
     }
 
@@ -469,36 +231,20 @@ final class Host: Sendable {
         let clock = self.clock
         let timer = Task.detached {
             do { try await clock.sleep(for: gracePeriod) } catch { return }
-            // Decided in the same hold of the lock as the post, so the hosting task cannot stop taking
+            // Decided in the same hold of the lock as the change, so the hosting task cannot stop taking
             // commands in between and leave the deadline unheard.
-            var endNow = false
-            self.post { mailbox in
-                if case .closing = mailbox.phase { endNow = true } else { mailbox.deadline = true }
-            }
+            let (wake, endNow) = self.machine.withLock { $0.deadlineFired() }
+            self.perform(wake)
             if endNow { self.end() }
         }
-        let keep = mailbox.withLock { mailbox -> Bool in
-            guard !mailbox.ended else { return false }
-            mailbox.timers.append(timer)
-            return true
-        }
-        if !keep { timer.cancel() }
+        if !machine.withLock({ $0.keep(timer) }) { timer.cancel() }
     }
 
     /// The next command, waiting for one if there is none; `nil` when nothing is left to coordinate (the
     /// hosting task then ends, and the next command starts a new one).
-    private func next() async -> Command? {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Command?, Never>) in
-            let ready = mailbox.withLock { mailbox -> Command?? in
-                if let command = mailbox.take() { return command }
-                if mailbox.isIdle {
-                    mailbox.phase = .dormant
-                    return .some(nil)
-                }
-                mailbox.waiter = continuation
-                return nil
-            }
-            if let ready { continuation.resume(returning: ready) }
+    private func next() async -> HostCommand? {
+        await withCheckedContinuation { (continuation: CheckedContinuation<HostCommand?, Never>) in
+            if let ready = machine.withLock({ $0.next(continuation) }) { continuation.resume(returning: ready) }
         }
     }
 }
