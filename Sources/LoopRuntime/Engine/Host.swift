@@ -202,7 +202,8 @@ final class Host: Sendable {
         let (leftovers, pending) = machine.withLock { $0.finish() }
         for job in leftovers { job.abandon() }
         group.cancelAll()
-        // A deadline or cancellation posted before the last command was taken is not lost.
+        // A deadline or cancellation posted after the last command was taken, before the host closed, is
+        // not lost.
         if pending { end() }
     }
 

@@ -225,7 +225,7 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     }
 
     /// Closes the host: jobs are no longer taken; returns those not started, to abandon.
-    mutating func close() -> [Job] {
+    private mutating func close() -> [Job] {
         closed = true
         return queue.removeAll()
     }

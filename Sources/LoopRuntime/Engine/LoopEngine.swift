@@ -733,6 +733,13 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         return (settle(ended), cancel)
     }
 
+    /// The handler of effect `id`, reported timed out while it ran on, has returned: it no longer runs
+    /// unaccounted.
+    @inlinable
+    mutating func stragglerReturned(_ id: UInt64) {
+        effects.stragglers.remove(id)
+    }
+
     @inlinable
     mutating func settle(
         _ ended: EffectTable<Effect, Event>.Ended,

@@ -123,7 +123,7 @@ extension Loop {
             let outcome = await Self.outcome { try await admitted.perform(admitted.effect, send) }
             if !run.handlerReturned(outcome) {
                 // It had timed out: its handler has now returned, so it no longer runs unaccounted.
-                storage.withLock { _ = $0.effects.stragglers.remove(id) }
+                storage.withLock { $0.stragglerReturned(id) }
             }
         }
         run.attach(work)
@@ -217,18 +217,10 @@ extension Loop {
 }
 
 /// One controlled effect's run: the task its handler runs in, and its outcome, which the handler's
-/// return or the timeout decides, whichever comes first.
+/// return or the timeout decides, whichever comes first. The driver of an ``EffectRunMachine``.
 @usableFromInline
 final class EffectRun: Sendable {
-    private struct Run {
-        var task: Task<Void, Never>?
-        var cancelled = false
-        var returned = false
-        var outcome: EffectOutcome?
-        var waiter: CheckedContinuation<EffectOutcome, Never>?
-    }
-
-    private let run = Locked(Run())
+    private let machine = Locked(EffectRunMachine<Task<Void, Never>, CheckedContinuation<EffectOutcome, Never>>())
 
     @usableFromInline
     init() {}
@@ -236,33 +228,20 @@ final class EffectRun: Sendable {
     /// Cancels the handler's task, now or as soon as it is attached.
     @usableFromInline
     func cancel() {
-        let task = run.withLock { run -> Task<Void, Never>? in
-            run.cancelled = true
-            return run.task
-        }
-        task?.cancel()
+        machine.withLock { $0.cancel() }?.cancel()
     }
 
     /// The handler's task.
     @usableFromInline
     func attach(_ task: Task<Void, Never>) {
-        let cancelled = run.withLock { run in
-            run.task = task
-            return run.cancelled
-        }
-        if cancelled { task.cancel() }
+        if machine.withLock({ $0.attach(task) }) { task.cancel() }
     }
 
     /// Decides the outcome; `false` if it had already been decided.
     @usableFromInline
     @discardableResult
     func resolve(_ outcome: EffectOutcome) -> Bool {
-        let (decided, waiter) = run.withLock { run -> (Bool, CheckedContinuation<EffectOutcome, Never>?) in
-            guard run.outcome == nil else { return (false, nil) }
-            run.outcome = outcome
-            defer { run.waiter = nil }
-            return (true, run.waiter)
-        }
+        let (decided, waiter) = machine.withLock { $0.resolve(outcome) }
         waiter?.resume(returning: outcome)
         return decided
     }
@@ -270,26 +249,24 @@ final class EffectRun: Sendable {
     /// The handler returned with `outcome`; `false` if the outcome had already been decided (timed out).
     @usableFromInline
     func handlerReturned(_ outcome: EffectOutcome) -> Bool {
-        run.withLock { $0.returned = true }
-        return resolve(outcome)
+        let (decided, waiter) = machine.withLock { $0.handlerReturned(outcome) }
+        waiter?.resume(returning: outcome)
+        return decided
     }
 
     /// Whether the handler has not returned yet.
     @usableFromInline
     var isHandlerRunning: Bool {
-        run.withLock { !$0.returned }
+        machine.withLock { !$0.returned }
     }
 
     /// The outcome, once decided.
     @usableFromInline
     func outcome() async -> EffectOutcome {
         await withCheckedContinuation { (continuation: CheckedContinuation<EffectOutcome, Never>) in
-            let decided = run.withLock { run -> EffectOutcome? in
-                if let outcome = run.outcome { return outcome }
-                run.waiter = continuation
-                return nil
+            if let decided = machine.withLock({ $0.awaitOutcome(continuation) }) {
+                continuation.resume(returning: decided)
             }
-            if let decided { continuation.resume(returning: decided) }
         }
     }
 }

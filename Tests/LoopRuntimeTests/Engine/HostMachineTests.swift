@@ -91,16 +91,51 @@ import Testing
     }
 
     @Test func aJobPostedToAClosedHostIsHandedBackToAbandon() {
-        var machine = Machine()
-        _ = machine.close()
-        #expect(machine.spawn("a").abandon == "a")
+        var machine = coordinating()
+        _ = machine.finish()
+        let (wake, abandon) = machine.spawn("a")
+        #expect(describe(wake) == "none" && abandon == "a")
         #expect(machine.queue.isEmpty)
     }
 
-    @Test func closingHandsBackTheJobsNotStarted() {
+    @Test func finishingHandsBackTheJobsNotStartedAndARunnerFindsNone() {
         var machine = coordinating(jobs: ["a", "b"])
-        #expect(machine.close() == ["a", "b"])
-        #expect(machine.nextJob(first: true).0 == nil)
+        #expect(machine.finish() == (["a", "b"], false))
+        let (job, _) = machine.nextJob(first: true)
+        #expect(job == nil && machine.runners == 0)
+    }
+
+    @Test func aBacklogDoublesItsRunnersAtEachTurn() {
+        var machine = coordinating(jobs: ["a", "b", "c", "d", "e"])
+        _ = machine.nextJob(first: true)
+        _ = next(&machine)
+        // Two at work, three waiting: two more asked for.
+        let (_, wake) = machine.nextJob(first: true)
+        #expect(describe(wake) == "resume w addRunners(2)")
+        #expect((machine.runners, machine.runnersComing) == (4, 2))
+    }
+
+    @Test(arguments: ["stop", "deadline", "cancel", "sources"])
+    func aShutdownInputOrSourcesLaunchADormantHostingTask(_ input: String) {
+        var machine = Machine()
+        let wake: Machine.Wake =
+            switch input {
+            case "stop": machine.requestStop(gracePeriod: .seconds(1)).0
+            case "deadline": machine.deadlineFired().0
+            case "cancel": machine.cancel().0
+            default: machine.startSources {}
+            }
+        #expect(describe(wake) == "launch")
+    }
+
+    @Test func theHostingTaskOfRunIsNotLaunchedAgainAndAParkedWaiterStays() {
+        var machine = coordinating()
+        let launched = machine.launchKeepingTask()
+        #expect(!launched)
+        _ = machine.nextJob(first: true)
+        // The runner ends, but the hosting task stays: it is `run()`'s.
+        #expect(describe(machine.nextJob(first: false).1) == "none")
+        #expect(machine.hasTask)
     }
 
     @Test func aStopAskedForComesAsACommandTheShortestGracePeriodWinning() {
@@ -140,12 +175,13 @@ import Testing
         #expect(machine.members == 1)
     }
 
-    @Test func aCancellationComesBeforeEveryOtherCommand() {
-        var machine = Machine()
+    @Test func aCancellationComesBeforeEveryOtherCommandAndStays() {
+        var machine = hosting()
         _ = machine.spawn("a")
         _ = machine.requestStop(gracePeriod: .seconds(1))
+        _ = machine.deadlineFired()
         #expect(machine.cancel().endNow == false)
-        #expect(next(&machine) == "cancelled")
+        #expect([next(&machine), next(&machine)] == ["cancelled", "cancelled"])
     }
 
     @Test func aCancellationOnceTheHostIsClosingEndsRunsWaitAtOnce() {
@@ -186,7 +222,12 @@ import Testing
     }
 
     @Test func aHostingTaskWithNothingToDoEnds() {
-        var machine = Machine()
+        var machine = coordinating()
+        _ = machine.nextJob(first: true)
+        _ = machine.nextJob(first: false)
+        _ = machine.startSources {}
+        _ = next(&machine)
+        _ = machine.sourcesEnded()
         #expect(next(&machine) == "end")
         #expect(!machine.hasTask)
     }
@@ -204,7 +245,7 @@ import Testing
         _ = machine.deadlineFired()
         let (abandon, endNow) = machine.finish()
         #expect(abandon == ["a"] && endNow)
-        #expect(describe(machine.spawn("b").0) == "none")
+        #expect(machine.spawn("b").abandon == "b")
     }
 
     @Test func theEndReleasesItsWaitersOnceAndLaterWaitersPassAtOnce() {
