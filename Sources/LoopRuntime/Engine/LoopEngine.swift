@@ -222,6 +222,72 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         if case .stopped = lifecycle { true } else { false }
     }
 
+    /// The state after the last processed event.
+    @inlinable
+    var state: State { machine.state }
+
+    /// Whether no event is being processed or waiting.
+    @inlinable
+    var hasNoEventUnderWay: Bool { !isDraining && inbox.isEmpty }
+
+    /// Whether the loop has settled: it does not run, or no event is queued or being processed and no
+    /// effect is under way.
+    @inlinable
+    var isSettled: Bool {
+        !isRunning || (hasNoEventUnderWay && effects.isEmpty && pendingMapped == 0)
+    }
+
+    /// How many asynchronous effects are let in, not asked to cancel, and not ended.
+    @inlinable
+    var liveEffects: Int { effects.running.values.count { !$0.cancelRequested } }
+
+    /// How many tasks wait for the loop to start or to stop.
+    @inlinable
+    var lifecycleWaiterCount: Int { startWaiters.count }
+
+    /// How many throttle intervals are under way.
+    @inlinable
+    var throttleIntervals: Int { effects.windows.count }
+
+    /// What the loop has done so far, with the senders waiting for room now.
+    @inlinable
+    var currentReport: LoopReport {
+        var report = self.report
+        report.sendersWaiting = waitingSenders.count
+        return report
+    }
+
+    // MARK: State subscribers
+
+    /// A consumer of the loop's states starts following them.
+    @inlinable
+    mutating func subscribe(_ id: UInt64) {
+        subscribers.subscribe(id)
+    }
+
+    /// What consumer `id` gets without waiting: a state it has not seen, the end of the states, or
+    /// nothing yet (`nil`).
+    @inlinable
+    mutating func pollState(for id: UInt64) -> StatePoll<State>? {
+        switch subscribers.poll(id, ended: isStopped) {
+        case .changed: .state(machine.state)
+        case .finished: .finished
+        case .wait: nil
+        }
+    }
+
+    /// Consumer `id` waits for the next state.
+    @inlinable
+    mutating func parkSubscriber(_ id: UInt64, _ waiter: CheckedContinuation<State?, Never>) {
+        subscribers.park(id, waiter)
+    }
+
+    /// Consumer `id` stops following the states: its waiter, if it was waiting (resume it with `nil`).
+    @inlinable
+    mutating func unsubscribe(_ id: UInt64) -> CheckedContinuation<State?, Never>? {
+        subscribers.unsubscribe(id)
+    }
+
     /// The host the loop runs on, made by `make` if it has none yet; `nil` if it does not run.
     @inlinable
     mutating func adoptHost(_ make: () -> Host) -> Host? {

@@ -104,3 +104,10 @@ struct StateSubscribers<State: Sendable> {
         return waiters
     }
 }
+
+/// What a state-stream consumer gets without waiting: a state it has not seen, or the end of the states.
+@usableFromInline
+enum StatePoll<State> {
+    case state(State)
+    case finished
+}

@@ -170,13 +170,13 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
 
     /// The current state of the loop for `id`, or `nil` if there is none.
     public func state(of id: ID) -> State? {
-        members.withLock { $0.loops[id] }?.state
+        members.withLock { $0.loop(for: id) }?.state
     }
 
     /// The states of the loop for `id`, as ``Loop/states`` gives them, or `nil` if there is no loop for
     /// `id` now. The sequence ends when that loop stops (removed, passivated, or the group stopped).
     public func states(of id: ID) -> LoopStates<State>? {
-        members.withLock { $0.loops[id] }?.states
+        members.withLock { $0.loop(for: id) }?.states
     }
 
     /// Returns once every loop of the group has settled (see ``Loop/whenSettled()``), all at the same
@@ -194,18 +194,18 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
 
     /// How many loops the group holds (removed loops still finishing their effects not included).
     public var count: Int {
-        members.withLock { $0.loops.count }
+        members.withLock { $0.count }
     }
 
     /// The ids of the loops the group holds, in no particular order.
     public var ids: [ID] {
-        members.withLock { Array($0.loops.keys) }
+        members.withLock { $0.ids }
     }
 
     /// What every loop of the group has done, those removed included, and the events turned away for ids
     /// that had no loop.
     public var report: LoopReport {
-        let (finished, loops) = members.withLock { ($0.finished, $0.all) }
+        let (finished, loops) = members.withLock { $0.reporting }
         return loops.reduce(finished) { $0.adding($1.report) }
     }
 
@@ -223,13 +223,8 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     /// reaches it in between; a sender that had already found it is rejected (`stopping`) and, looking
     /// again, starts a new loop for `id`. Returns whether it was removed. How a durable group passivates.
     package func passivate(_ id: ID, when quiet: (State) -> Bool) -> Bool {
-        let stopped = members.withLock {
-            members -> (Loop<State, Event, Effect>, LoopEngine<State, Event, Effect>.Stop)? in
-            guard let loop = members.loops[id], let stop = loop.storage.withLock({ $0.stopIfQuiet(quiet) }) else {
-                return nil
-            }
-            _ = members.remove(id)
-            return (loop, stop)
+        let stopped = members.withLock { members in
+            members.removeIf(id) { loop in loop.storage.withLock { $0.stopIfQuiet(quiet) } }
         }
         guard let (loop, stop) = stopped else { return false }
         loop.perform(stop)
@@ -296,17 +291,14 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         } onCancel: {
             host.cancel()
         }
-        let loops = members.withLock { members in
-            members.end()
-            return members.all
-        }
+        let loops = members.withLock { $0.end() }
         for loop in loops { loop.expire(.cancelled) }
         let endings = Set(loops.compactMap { $0.report.ending })
         var report = self.report
         report.ending =
             endings.contains(.cancelled)
             ? .cancelled : endings.contains(.deadlineExceeded) ? .deadlineExceeded : .drained
-        members.withLock { $0.finished.ending = report.ending }
+        members.withLock { $0.ended(report.ending) }
         context.observeGroup(.stopped(report), entity: nil)
         return report
     }

@@ -4,20 +4,13 @@ internal import Synchronization
 extension Loop: StateFeed {
     func subscribe() -> UInt64 {
         let id = identifiers.add(1, ordering: .relaxed).newValue
-        storage.withLock { $0.subscribers.subscribe(id) }
+        storage.withLock { $0.subscribe(id) }
         return id
     }
 
     func nextState(for id: UInt64) async -> State? {
         typealias Ready = StatePoll<State>
-        func poll(_ engine: inout LoopEngine<State, Event, Effect>) -> Ready? {
-            switch engine.subscribers.poll(id, ended: engine.isStopped) {
-            case .changed: .state(engine.machine.state)
-            case .finished: .finished
-            case .wait: nil
-            }
-        }
-        switch storage.withLock({ poll(&$0) }) {
+        switch storage.withLock({ $0.pollState(for: id) }) {
         case .state(let state): return state
         case .finished: return nil
         case nil: break
@@ -25,9 +18,9 @@ extension Loop: StateFeed {
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<State?, Never>) in
                 let ready = storage.withLock { engine -> Ready? in
-                    if let ready = poll(&engine) { return ready }
+                    if let ready = engine.pollState(for: id) { return ready }
                     if Task.isCancelled { return .finished }
-                    engine.subscribers.park(id, continuation)
+                    engine.parkSubscriber(id, continuation)
                     return nil
                 }
                 switch ready {
@@ -37,17 +30,11 @@ extension Loop: StateFeed {
                 }
             }
         } onCancel: {
-            storage.withLock { $0.subscribers.unsubscribe(id) }?.resume(returning: nil)
+            storage.withLock { $0.unsubscribe(id) }?.resume(returning: nil)
         }
     }
 
     func unsubscribe(_ id: UInt64) {
-        storage.withLock { $0.subscribers.unsubscribe(id) }?.resume(returning: nil)
+        storage.withLock { $0.unsubscribe(id) }?.resume(returning: nil)
     }
-}
-
-/// What a state-stream consumer gets without waiting.
-private enum StatePoll<State> {
-    case state(State)
-    case finished
 }

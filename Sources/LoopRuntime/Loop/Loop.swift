@@ -111,7 +111,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     @inlinable
     func observe(_ activity: @autoclosure () -> LoopActivity<Event, Effect>) {
-        context.observe(activity(), entity: entity) { storage.withLock { $0.machine.state } }
+        context.observe(activity(), entity: entity) { storage.withLock { $0.state } }
     }
 
     // MARK: Sending
@@ -206,7 +206,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     /// The state after the last processed event.
     public var state: State {
-        storage.withLock { $0.machine.state }
+        storage.withLock { $0.state }
     }
 
     /// Whether `run()` is under way: from its start until the loop has stopped.
@@ -234,7 +234,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// Whether no event is being processed or waiting: everything sent so far, and every effect started
     /// inline because of it, has been dealt with. For test harnesses.
     package var isIdle: Bool {
-        storage.withLock { !$0.isDraining && $0.inbox.isEmpty }
+        storage.withLock { $0.hasNoEventUnderWay }
     }
 
     /// Returns once no event is being processed or waiting (at once if that is so now). For test
@@ -247,10 +247,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     /// Whether the loop has settled now (see ``whenSettled()``).
     package var isSettled: Bool {
-        storage.withLock { engine in
-            !engine.isRunning
-                || (!engine.isDraining && engine.inbox.isEmpty && engine.effects.isEmpty && engine.pendingMapped == 0)
-        }
+        storage.withLock { $0.isSettled }
     }
 
     /// Returns once the loop has settled: no event is queued or being processed and no effect is under
@@ -271,7 +268,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// How many asynchronous effects are let in, not asked to cancel, and not ended: those a recording
     /// handler has, or soon will have. For test harnesses.
     package var liveEffects: Int {
-        storage.withLock { $0.effects.running.values.count { !$0.cancelRequested } }
+        storage.withLock { $0.liveEffects }
     }
 
     /// Whether the loop has a host (a loop started with ``start()`` makes one only when it first needs it),
@@ -283,21 +280,17 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     /// How many tasks wait for the loop to start or to stop. For tests, which wait for them to park.
     package var lifecycleWaiters: Int {
-        storage.withLock { $0.startWaiters.count }
+        storage.withLock { $0.lifecycleWaiterCount }
     }
 
     /// How many throttle intervals are under way. For tests, which wait for one to end.
     package var throttleIntervals: Int {
-        storage.withLock { $0.effects.windows.count }
+        storage.withLock { $0.throttleIntervals }
     }
 
     /// What the loop has done so far; once stopped, how it stopped.
     public var report: LoopReport {
-        var report = storage.withLock { engine in
-            var report = engine.report
-            report.sendersWaiting = engine.waitingSenders.count
-            return report
-        }
+        var report = storage.withLock { $0.currentReport }
         let (completed, failed) = (syncCompleted.load(ordering: .relaxed), syncFailed.load(ordering: .relaxed))
         report.effectsStarted += completed + failed
         report.effectsCompleted += completed

@@ -65,6 +65,17 @@ import Testing
         #expect(created.isRunning)
     }
 
+    @Test func aLoopIsTakenOutOnlyIfItsStopSaysSoAndItsEndReturnsEveryLoop() {
+        var members = Members()
+        _ = members.insert(loop("a"), for: "a", event: 1)
+        #expect(members.removeIf("a") { _ in Int?.none } == nil)
+        #expect(members.count == 1 && members.ids == ["a"])
+        let removed = members.removeIf("a") { _ in 7 }
+        #expect(removed?.1 == 7 && members.loop(for: "a") == nil)
+        #expect(members.count == 0 && members.reporting.loops.count == 1)
+        #expect(members.end().count == 1)
+    }
+
     @Test func aLoopInsertedTwiceLosesToTheFirst() {
         var members = Members()
         let first = loop("a")
@@ -94,7 +105,7 @@ import Testing
         #expect(members.finished.eventsRejected == 2 && members.finished.eventsSent == 2)
         let again = members.stop()
         #expect(again?.host === host && again?.first == false && again?.loops.isEmpty == true)
-        members.end()
+        #expect(members.end().isEmpty)
         #expect(members.stop() == nil)
         #expect(members.lookup("new") == .rejected(.stopped))
     }

@@ -72,6 +72,31 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
     @inlinable
     var all: [Member] { Array(loops.values) + Array(retiring.values) }
 
+    /// The loop for `id`, if there is one.
+    @inlinable
+    func loop(for id: ID) -> Member? { loops[id] }
+
+    /// How many loops the group holds (removed ones still finishing not included).
+    @inlinable
+    var count: Int { loops.count }
+
+    /// The ids of the loops the group holds.
+    @inlinable
+    var ids: [ID] { Array(loops.keys) }
+
+    /// What removed loops did (and the events turned away), and every loop, for the group's report.
+    @inlinable
+    var reporting: (finished: LoopReport, loops: [Member]) { (finished, all) }
+
+    /// Takes the loop for `id` out if `stop` stops it (checked under the group's lock, so no sender finds
+    /// it in between): the loop, and what `stop` returned, to carry out once the lock is released.
+    @inlinable
+    mutating func removeIf<Stop>(_ id: ID, _ stop: (Member) -> Stop?) -> (Member, Stop)? {
+        guard let loop = loops[id], let stopped = stop(loop) else { return nil }
+        _ = remove(id)
+        return (loop, stopped)
+    }
+
     @inlinable
     mutating func lookup(_ id: ID) -> Lookup {
         if let loop = loops[id] { return .found(loop) }
@@ -209,10 +234,17 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
         return remove(id) != nil
     }
 
-    /// `run()` has returned.
+    /// `run()` has returned: every loop, to expire.
     @inlinable
-    mutating func end() {
+    mutating func end() -> [Member] {
         lifecycle = .stopped
+        return all
+    }
+
+    /// How `run()` ended, for the report.
+    @inlinable
+    mutating func ended(_ ending: LoopReport.Ending?) {
+        finished.ending = ending
     }
 }
 
