@@ -421,16 +421,11 @@ typealias PingState = DurableState<[String], Pings.Event, Pings.Effect>
         )
     }
 
-    /// Runs `loop` until `body` returns, then stops it gracefully.
     func running(
         _ loop: DurableLoop<[String], Pings.Event, Pings.Effect>,
         _ body: () async throws -> Void
     ) async throws {
-        let run = Task { try await loop.run() }
-        _ = await loop.waitUntilRunning()
-        try await body()
-        loop.stop()
-        _ = try await run.value
+        try await runDurably(loop, body)
     }
 
     /// An effect held for an interval outlives a restart: the next run starts it when the interval

@@ -69,6 +69,18 @@ enum Reminders {
 
 typealias ReminderState = DurableState<[String], Reminders.Event, Reminders.Effect>
 
+/// Runs `loop` until `body` returns, then stops it gracefully.
+func runDurably<State: Sendable, Event: Sendable, Effect: Sendable>(
+    _ loop: DurableLoop<State, Event, Effect>,
+    _ body: () async throws -> Void
+) async throws {
+    let run = Task { try await loop.run() }
+    _ = await loop.waitUntilRunning()
+    try await body()
+    loop.stop()
+    _ = try await run.value
+}
+
 @Suite struct DurableTimerValueTests {
     let update = Reminders.program.durableUpdate(snapshotEvery: nil)
 
@@ -279,16 +291,11 @@ typealias ReminderState = DurableState<[String], Reminders.Event, Reminders.Effe
         )
     }
 
-    /// Runs `loop` until `body` returns, then stops it gracefully.
     func running(
         _ loop: DurableLoop<[String], Reminders.Event, Reminders.Effect>,
         _ body: () async throws -> Void
     ) async throws {
-        let run = Task { try await loop.run() }
-        _ = await loop.waitUntilRunning()
-        try await body()
-        loop.stop()
-        _ = try await run.value
+        try await runDurably(loop, body)
     }
 
     /// A timer outlives a stop: the next run waits what is left of it, then starts it once; a later run
