@@ -519,9 +519,11 @@ extension DurableProgram {
                                     delivery: ReplyDelivery(reply: found.reply, value: found.value)
                                 )
                             )
-                        } else if let timers, case let lifecycle = timers.lifecycle(effect),
-                            lifecycle.policy == .throttle, lifecycle.key != nil
-                        {
+                            continue
+                        }
+                        // Asked once per effect: whether it is throttled, waits, or starts now.
+                        let lifecycle = timers?.lifecycle(effect)
+                        if let lifecycle, lifecycle.policy == .throttle, lifecycle.key != nil {
                             // It starts now if it opened its key's interval, which then waits; a held one
                             // waits for the interval under way, and a dropped one never starts.
                             let name = TimerName(version: version, index: index)
@@ -541,9 +543,7 @@ extension DurableProgram {
                                     )
                                 )
                             }
-                        } else if let timers, case let lifecycle = timers.lifecycle(effect),
-                            TimerRecording<Effect>.waits(lifecycle)
-                        {
+                        } else if let lifecycle, TimerRecording<Effect>.waits(lifecycle) {
                             // It waits as a timer, unless a later event ended it already.
                             let name = TimerName(version: version, index: index)
                             if durable.timers.contains(where: { $0.name == name }) {
