@@ -600,8 +600,8 @@ final class Failures: Sendable {
 /// The live entities of a durable group, oldest first, with the sweep in which each last got an event.
 @usableFromInline
 struct Residents<ID: Hashable> {
-    @usableFromInline var order: [ID] = []
-    @usableFromInline var head = 0
+    /// Ids in the order they came, or were put back; an id forgotten meanwhile is skipped when reached.
+    @usableFromInline var order = Queue<ID>()
     @usableFromInline var seen: [ID: UInt64] = [:]
     @usableFromInline var generation: UInt64 = 0
 
@@ -623,13 +623,7 @@ struct Residents<ID: Hashable> {
 
     /// The oldest live id, taken off the line.
     mutating func popOldest() -> ID? {
-        while head < order.count {
-            let id = order[head]
-            head += 1
-            if head > 1_024 && head * 2 > order.count {
-                order.removeFirst(head)
-                head = 0
-            }
+        while let id = order.popFirst() {
             if seen[id] != nil { return id }
         }
         return nil

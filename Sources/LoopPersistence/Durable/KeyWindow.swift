@@ -1,5 +1,6 @@
 public import EffectHandlers
 public import LoopCore
+internal import LoopRuntime
 
 /// The callers' keys an entity has recorded, newest last, at most ``capacity`` of them: what makes a
 /// repeat of a keyed `send`, `sendDurably` or `request` harmless. A key in the window is not applied
@@ -46,8 +47,7 @@ public struct KeyWindow: Sendable, Equatable {
     private final class Storage: @unchecked Sendable {
         var entries: [String: Entry] = [:]
         var byReply: [UInt64: String] = [:]
-        var order: [String] = []
-        var head = 0
+        var order = Queue<String>()
 
         init() {}
 
@@ -55,7 +55,6 @@ public struct KeyWindow: Sendable, Equatable {
             entries = other.entries
             byReply = other.byReply
             order = other.order
-            head = other.head
         }
     }
 
@@ -84,7 +83,7 @@ public struct KeyWindow: Sendable, Equatable {
     /// The entries, oldest first.
     public var all: [Entry] {
         guard let storage else { return [] }
-        return storage.order[storage.head...].compactMap { storage.entries[$0] }
+        return storage.order.elements.compactMap { storage.entries[$0] }
     }
 
     /// The entry of `key`, if the window has it.
@@ -102,16 +101,10 @@ public struct KeyWindow: Sendable, Equatable {
         storage.entries[entry.key] = entry
         if entry.reply != 0 { storage.byReply[entry.reply] = entry.key }
         storage.order.append(entry.key)
-        while storage.entries.count > capacity, storage.head < storage.order.count {
-            let oldest = storage.order[storage.head]
-            storage.head += 1
+        while storage.entries.count > capacity, let oldest = storage.order.popFirst() {
             if let gone = storage.entries.removeValue(forKey: oldest), gone.reply != 0 {
                 storage.byReply[gone.reply] = nil
             }
-        }
-        if storage.head > 64 && storage.head * 2 > storage.order.count {
-            storage.order.removeFirst(storage.head)
-            storage.head = 0
         }
     }
 

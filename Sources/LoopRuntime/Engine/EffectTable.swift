@@ -78,7 +78,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     @usableFromInline
     var cancellableByKey: [EffectKey: Set<UInt64>] = [:]
     @usableFromInline
-    var queuedByKey: [EffectKey: Inbox<Admitted<Effect, Event>>] = [:]
+    var queuedByKey: [EffectKey: Queue<Admitted<Effect, Event>>] = [:]
     @usableFromInline
     var queuedCount = 0
     /// Running effects kept as a count only: uncontrolled ones (no key, no timeout), when nobody observes
@@ -136,7 +136,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
             let busy = activeByKey[key] != nil || queuedByKey[key] != nil
             switch lifecycle.policy {
             case .serial where busy:
-                queuedByKey[key, default: Inbox()]
+                queuedByKey[key, default: Queue()]
                     .append(Admitted(id: id, effect: effect, lifecycle: lifecycle, perform: perform))
                 queuedCount += 1
                 return .queued
@@ -265,7 +265,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
             if let cancel = entry.cancel { handles.append(cancel) }
             running[id] = entry
         }
-        var waiting = queuedByKey.removeValue(forKey: key) ?? Inbox()
+        var waiting = queuedByKey.removeValue(forKey: key) ?? Queue()
         var queued = waiting.removeAll().map { IdentifiedEffect($0.id, $0.effect) }
         queuedCount -= queued.count
         if let pending = windows[key]?.pending {

@@ -44,46 +44,9 @@ struct HostMachine<Job, Waiter, EndWaiter> {
         case launch
     }
 
-    /// Jobs in the order they were posted. A job handed out leaves its slot at once, so what it holds (its
-    /// loop, its effect) is not kept until the queue next empties.
-    struct Queue {
-        private var jobs: [Job?] = []
-        private var head = 0
-
-        var isEmpty: Bool { head == jobs.count }
-
-        var count: Int { jobs.count - head }
-
-        mutating func append(_ job: Job) { jobs.append(job) }
-
-        mutating func removeFirst() -> Job? {
-            guard head < jobs.count else { return nil }
-            let job = jobs[head].take()
-            head += 1
-            if head == jobs.count {
-                removeAll()
-            } else if head >= 1_024 && head * 2 >= jobs.count {
-                // Under a backlog that never empties, the slots handed out do not accumulate.
-                jobs.removeFirst(head)
-                head = 0
-            }
-            return job
-        }
-
-        /// Empties the queue; returns what was in it.
-        @discardableResult
-        mutating func removeAll() -> [Job] {
-            defer {
-                // A queue that grew in a burst does not keep its storage while idle.
-                jobs.removeAll(keepingCapacity: jobs.capacity <= 16)
-                head = 0
-            }
-            return jobs[head...].compactMap { $0 }
-        }
-    }
-
     private(set) var phase = Phase.dormant
-    private(set) var queue = Queue()
+    /// Jobs in the order they were posted.
+    private(set) var queue = Queue<Job>()
     /// Runners alive, including those asked for and not yet added to the group.
     private(set) var runners = 0
     /// Runners asked for that the hosting task has not added yet.
@@ -141,7 +104,7 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     /// ends. A runner that takes a job and leaves others waiting calls for more.
     mutating func nextJob(first: Bool) -> (Job?, Wake) {
         if first { runnersComing -= 1 }
-        let job = closed ? nil : queue.removeFirst()
+        let job = closed ? nil : queue.popFirst()
         if job == nil {
             runners -= 1
         } else {

@@ -150,7 +150,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @usableFromInline
     var lifecycle = Lifecycle.idle
     @usableFromInline
-    var inbox = Inbox<Envelope<Event>>()
+    var inbox = Queue<Envelope<Event>>()
     @usableFromInline
     var report = LoopReport()
     @usableFromInline

@@ -268,16 +268,4 @@ import Testing
         let keptAfterTheEnd = machine.keep(timer)
         #expect(!keptAfterTheEnd)
     }
-
-    @Test func aBacklogKeepsItsOrderAcrossCompaction() {
-        var queue = Machine.Queue()
-        for index in 0..<3_000 { queue.append("\(index)") }
-        var taken: [String] = []
-        for _ in 0..<2_000 { taken.append(queue.removeFirst() ?? "") }
-        queue.append("3000")
-        #expect(taken == (0..<2_000).map { "\($0)" })
-        #expect(queue.count == 1_001)
-        #expect(queue.removeAll() == (2_000...3_000).map { "\($0)" })
-        #expect(queue.isEmpty)
-    }
 }

@@ -1,0 +1,63 @@
+/// The runtime's one first-in first-out queue, with O(1) amortised append and removal at the front: a
+/// loop's inbox, the events waiting behind a busy effect key, a host's jobs, a durable group's live
+/// entities in the order they came.
+///
+/// Two stacks: new elements go on `incoming`; the front is the end of `outgoing`, refilled by swapping in
+/// `incoming` and reversing it in place when it runs out, so both buffers are reused. An element taken
+/// leaves its slot at once, so what it holds is not kept until the queue next empties; a queue that grew
+/// in a burst gives its buffers back once it is empty.
+@usableFromInline
+package struct Queue<Element> {
+    @usableFromInline
+    var incoming: [Element] = []
+    @usableFromInline
+    var outgoing: [Element] = []
+
+    /// An empty queue.
+    @inlinable
+    package init() {}
+
+    /// How many elements it holds.
+    @inlinable
+    package var count: Int { incoming.count + outgoing.count }
+
+    /// Whether it holds none.
+    @inlinable
+    package var isEmpty: Bool { incoming.isEmpty && outgoing.isEmpty }
+
+    /// Its elements, first in first.
+    @inlinable
+    package var elements: [Element] { outgoing.reversed() + incoming }
+
+    /// Adds `element` at the back.
+    @inlinable
+    package mutating func append(_ element: Element) {
+        incoming.append(element)
+    }
+
+    /// Takes the element at the front, if any.
+    @inlinable
+    package mutating func popFirst() -> Element? {
+        if outgoing.isEmpty {
+            guard !incoming.isEmpty else { return nil }
+            swap(&incoming, &outgoing)
+            outgoing.reverse()
+        }
+        let first = outgoing.popLast()
+        if outgoing.isEmpty && outgoing.capacity > Self.keptCapacity { outgoing = [] }
+        return first
+    }
+
+    /// Empties the queue, returning its elements, first in first.
+    @inlinable
+    package mutating func removeAll() -> [Element] {
+        let all = elements
+        incoming = []
+        outgoing = []
+        return all
+    }
+
+    /// The largest buffer an empty queue keeps: small ones are reused, larger ones are given back.
+    @usableFromInline
+    static var keptCapacity: Int { 16 }
+}
