@@ -209,7 +209,7 @@ final class GatedStore: EventStore {
         let sent = Locked<[DurableCall<Int>]>([])
         func ask(_ amount: Int) -> Task<Int, any Error> {
             Task {
-                try await requesters.perform(
+                try await requesters.ask(
                     stream: "a",
                     key: "k",
                     timeout: nil,

@@ -146,11 +146,11 @@ import Testing
         let loop = Jobs.loop(recorder: Recorded())
         try loop.start()
         let waiter = Task { await loop.waitUntilStopped() }
-        await waitUntil { loop.lifecycleWaiters == 1 }
+        await waitUntil { loop.phaseWaiters == 1 }
         waiter.cancel()
         let report = await waiter.value
         #expect(report.ending == nil)
-        #expect(loop.lifecycleWaiters == 0)
+        #expect(loop.phaseWaiters == 0)
         #expect(loop.isRunning)
         #expect(loop.send(.note("still running")) == .accepted)
         loop.stop()
@@ -162,9 +162,9 @@ import Testing
         let loop = Jobs.loop(gates: gates, recorder: recorder)
         let waiters = (0..<5).map { _ in Task { await loop.waitUntilStopped() } }
         // Parked before the start, which releases the tasks waiting for the start and keeps these.
-        await waitUntil { loop.lifecycleWaiters == 5 }
+        await waitUntil { loop.phaseWaiters == 5 }
         try loop.start()
-        #expect(loop.lifecycleWaiters == 5)
+        #expect(loop.phaseWaiters == 5)
         loop.send(.run([.job("slow", .concurrent())]))
         await waitUntil { gates.arrivals("slow") == 1 }
         loop.stop()

@@ -194,7 +194,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     ) async throws(RequestError) -> Value {
         let failures = self.failures
         let stream = self.stream
-        return try await callers.requests.perform(
+        return try await callers.requests.ask(
             stream: stream,
             key: key,
             timeout: timeout,

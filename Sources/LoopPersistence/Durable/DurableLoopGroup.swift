@@ -302,7 +302,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         timeout: Duration? = nil,
         _ make: (ReplyTo<Value>) -> Event
     ) async throws(RequestError) -> Value {
-        try await callers.requests.perform(
+        try await callers.requests.ask(
             stream: streamOf(id),
             key: key,
             timeout: timeout,

@@ -129,7 +129,7 @@ package final class Requesters: Sendable {
     /// reply address is derived from the key for a keyed request (so every repeat waits on the same
     /// one, in every process), and unique within the process otherwise.
     @inlinable
-    package func perform<Value: Sendable, Event>(
+    package func ask<Value: Sendable, Event>(
         stream: String,
         key: String?,
         timeout: Duration?,

@@ -1,7 +1,7 @@
 public import EffectHandlers
 public import LoopCore
 
-/// A group's state machine: its lifecycle and its loops. Kept behind the group's lock; every input
+/// A group's state machine: its phase and its loops. Kept behind the group's lock; every input
 /// returns what the driver (``LoopGroup``) does once the lock is released. The group's lock is taken
 /// before a loop's, never after.
 @usableFromInline
@@ -11,9 +11,9 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
 
     /// Where a group is in its life.
     @usableFromInline
-    enum Lifecycle {
+    enum Phase {
         /// Created, not running: loops are created and queue their events.
-        case idle
+        case created
         /// Running on `host`: every loop is claimed for it the moment it is created.
         case running(Host)
         /// Graceful shutdown on `host`: no loop is created; existing loops drain.
@@ -45,7 +45,7 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
     }
 
     @usableFromInline
-    var lifecycle = Lifecycle.idle
+    var phase = Phase.created
     @usableFromInline
     var loops: [ID: Member] = [:]
     /// Removed loops still finishing their effects.
@@ -62,9 +62,9 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
 
     @inlinable
     var isRunning: Bool {
-        switch lifecycle {
+        switch phase {
         case .running, .stopping: true
-        case .idle, .stopped: false
+        case .created, .stopped: false
         }
     }
 
@@ -100,8 +100,8 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
     @inlinable
     mutating func lookup(_ id: ID) -> Lookup {
         if let loop = loops[id] { return .found(loop) }
-        switch lifecycle {
-        case .idle, .running: return .absent
+        switch phase {
+        case .created, .running: return .absent
         case .stopping: return .rejected(reject(.stopping))
         case .stopped: return .rejected(reject(.stopped))
         }
@@ -127,8 +127,8 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
     ) -> Insertion {
         if let existing = loops[id] { return .found(existing) }
         var first: Dispatch<Effect, Event>?
-        switch lifecycle {
-        case .idle:
+        switch phase {
+        case .created:
             break
         case .running(let host):
             guard let claimed = try? loop.claim(for: host) else { return .rejected(reject(.stopped)) }
@@ -141,7 +141,7 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
         loops[id] = loop
         // A claimed loop's baton is its creator's, and an idle loop only queues, so this never processes
         // the event under the group's lock.
-        let reception = loop.storage.withLock { $0.receive(event, from: .outside, context: carried) }
+        let reception = loop.engine.withLock { $0.receive(event, from: .outside, context: carried) }
         let delivery: Delivery =
             if case .rejected(let rejection) = reception { .rejected(rejection) } else { .accepted }
         return .inserted(delivery, first: first)
@@ -151,8 +151,8 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
     /// without running, `nil` when the waiter was parked until ``start(_:)`` or ``stop()``.
     @inlinable
     mutating func waitForStart(_ id: UInt64, _ waiter: CheckedContinuation<Bool, Never>) -> Bool? {
-        switch lifecycle {
-        case .idle:
+        switch phase {
+        case .created:
             startWaiters.append((id, waiter))
             return nil
         case .running, .stopping: return true
@@ -173,12 +173,12 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
     mutating func start(
         _ host: Host
     ) throws(LoopError) -> ([(Member, Dispatch<Effect, Event>)], [CheckedContinuation<Bool, Never>]) {
-        switch lifecycle {
-        case .idle: break
+        switch phase {
+        case .created: break
         case .running, .stopping: throw .alreadyRunning
         case .stopped: throw .alreadyStopped
         }
-        lifecycle = .running(host)
+        phase = .running(host)
         var started: [(Member, Dispatch<Effect, Event>)] = []
         for loop in loops.values {
             if let first = try? loop.claim(for: host) { started.append((loop, first)) }
@@ -193,14 +193,14 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
     /// forward.
     @inlinable
     mutating func stop() -> GroupStop<Member>? {
-        switch lifecycle {
-        case .idle:
-            lifecycle = .stopped
+        switch phase {
+        case .created:
+            phase = .stopped
             finished.ending = .neverStarted
             defer { startWaiters = [] }
             return GroupStop(host: nil, loops: all, startWaiters: startWaiters.map { $0.waiter }, first: true)
         case .running(let host):
-            lifecycle = .stopping(host)
+            phase = .stopping(host)
             return GroupStop(host: host, loops: all, startWaiters: [], first: true)
         case .stopping(let host):
             return GroupStop(host: host, loops: [], startWaiters: [], first: false)
@@ -230,14 +230,14 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
     /// which case it stops with the group.
     @inlinable
     mutating func retire(_ loop: Member) -> Bool {
-        guard case .running = lifecycle, let id = loop.entity as? ID, loops[id] === loop else { return false }
+        guard case .running = phase, let id = loop.entity as? ID, loops[id] === loop else { return false }
         return remove(id) != nil
     }
 
-    /// `run()` has returned: every loop, to expire.
+    /// `run()` has returned: every loop, to abandon.
     @inlinable
     mutating func end() -> [Member] {
-        lifecycle = .stopped
+        phase = .stopped
         return all
     }
 

@@ -28,12 +28,12 @@ final class Host: Sendable {
         @usableFromInline
         var run: @Sendable () async -> Void
         @usableFromInline
-        var abandon: @Sendable () -> Void
+        var cancel: @Sendable () -> Void
 
         @inlinable
-        init(run: @escaping @Sendable () async -> Void, abandon: @escaping @Sendable () -> Void) {
+        init(run: @escaping @Sendable () async -> Void, cancel: @escaping @Sendable () -> Void) {
             self.run = run
-            self.abandon = abandon
+            self.cancel = cancel
         }
     }
 
@@ -67,19 +67,19 @@ final class Host: Sendable {
         machine = Locked(Machine(shutdown: shutdown, members: members))
     }
 
-    /// Runs `job` as soon as a runner gets to it; abandons it at once if the host has closed.
+    /// Runs `job` as soon as a runner gets to it; cancels it at once if the host has closed.
     @usableFromInline
     func spawn(_ job: Job) {
-        let (wake, abandoned) = machine.withLock { $0.spawn(job) }
-        perform(wake)
-        abandoned?.abandon()
+        let (wake, refused) = machine.withLock { $0.spawn(job) }
+        carryOut(wake)
+        refused?.cancel()
     }
 
     /// Asks for a graceful stop within `gracePeriod`; the shortest asked for wins.
     @usableFromInline
     func requestStop(gracePeriod: Duration) {
         let (wake, startDeadline) = machine.withLock { $0.requestStop(gracePeriod: gracePeriod) }
-        perform(wake)
+        carryOut(wake)
         // The hosting task no longer takes commands (every member stopped; it waits for a source that
         // ignores cancellation): the deadline must still come.
         if startDeadline { self.startDeadline(after: gracePeriod) }
@@ -90,7 +90,7 @@ final class Host: Sendable {
     @usableFromInline
     func cancel() {
         let (wake, endNow) = machine.withLock { $0.cancel() }
-        perform(wake)
+        carryOut(wake)
         if endNow { end() }
     }
 
@@ -103,10 +103,10 @@ final class Host: Sendable {
     /// A loop has stopped; once every member has left after a stop was requested, the host is done.
     @usableFromInline
     func leave() {
-        perform(machine.withLock { $0.leave() })
+        carryOut(machine.withLock { $0.leave() })
     }
 
-    private func perform(_ wake: Machine.Wake) {
+    private func carryOut(_ wake: Machine.Wake) {
         switch wake {
         case .none: break
         case .resume(let waiter, let command): waiter.resume(returning: command)
@@ -146,7 +146,7 @@ final class Host: Sendable {
 
     /// Runs `sources` until the shutdown begins; not if it has begun already.
     func startSources(_ sources: @escaping @Sendable () async -> Void) {
-        perform(machine.withLock { $0.startSources(sources) })
+        carryOut(machine.withLock { $0.startSources(sources) })
     }
 
     /// The hosting task: runs the sources and the runners asked for, takes commands until the shutdown is
@@ -165,7 +165,7 @@ final class Host: Sendable {
             case .startSources(let sources):
                 group.addTask {
                     await sources()
-                    self.perform(self.machine.withLock { $0.sourcesEnded() })
+                    self.carryOut(self.machine.withLock { $0.sourcesEnded() })
                 }
             case .addRunners(let count):
                 for _ in 0..<count { group.addTask { await self.runJobs() } }
@@ -196,11 +196,11 @@ final class Host: Sendable {
         machine.withLock { $0.shutdown }
     }
 
-    /// Closes the host after the last command: jobs not started are abandoned, running ones cancelled. A
+    /// Closes the host after the last command: jobs not started and running ones are cancelled. A
     /// deadline or cancellation that comes later ends `run()`'s wait at once.
     private func finish(_ group: inout DiscardingTaskGroup) {
         let (leftovers, pending) = machine.withLock { $0.finish() }
-        for job in leftovers { job.abandon() }
+        for job in leftovers { job.cancel() }
         group.cancelAll()
         // A deadline or cancellation posted after the last command was taken, before the host closed, is
         // not lost.
@@ -220,7 +220,7 @@ final class Host: Sendable {
     /// when there is none, and the runner ends.
     private func nextJob(first: Bool) -> Job? {
         let (job, wake) = machine.withLock { $0.nextJob(first: first) }
-        perform(wake)
+        carryOut(wake)
         return job
     }
 
@@ -235,7 +235,7 @@ final class Host: Sendable {
             // Decided in the same hold of the lock as the change, so the hosting task cannot stop taking
             // commands in between and leave the deadline unheard.
             let (wake, endNow) = self.machine.withLock { $0.deadlineFired() }
-            self.perform(wake)
+            self.carryOut(wake)
             if endNow { self.end() }
         }
         if !machine.withLock({ $0.keep(timer) }) { timer.cancel() }

@@ -16,7 +16,7 @@ enum HostCommand {
 
 /// The state machine of a ``Host``: its queue of jobs, its runners, its hosting task's phase, and
 /// the shutdown's progress. A value, kept behind the host's lock; every input is a method that returns
-/// what the host does once the lock is released (``Wake``, jobs to abandon, waiters to resume), so each
+/// what the host does once the lock is released (``Wake``, jobs to cancel, waiters to resume), so each
 /// transition is tested as a value (`HostMachineTests`).
 ///
 /// `Job`, `Waiter` (the hosting task waiting for a command) and `EndWaiter` (a task waiting for
@@ -65,7 +65,7 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     private(set) var deadline = false
     private(set) var quiescent = false
     private(set) var cancelled = false
-    /// Whether jobs are no longer taken: those posted are abandoned.
+    /// Whether jobs are no longer taken: those posted are cancelled.
     private(set) var closed = false
     /// Loops on the host.
     private(set) var members = 0
@@ -91,9 +91,9 @@ struct HostMachine<Job, Waiter, EndWaiter> {
 
     // MARK: Inputs
 
-    /// A job is posted: queued, with runners called for it; handed back to be abandoned if the host has
+    /// A job is posted: queued, with runners called for it; handed back to be cancelled if the host has
     /// closed.
-    mutating func spawn(_ job: Job) -> (Wake, abandon: Job?) {
+    mutating func spawn(_ job: Job) -> (Wake, cancel: Job?) {
         if closed { return (wake(), job) }
         queue.append(job)
         callRunnersIfNeeded()
@@ -170,7 +170,7 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     /// `waiter` is parked until a command comes.
     mutating func next(_ waiter: Waiter) -> HostCommand?? {
         if let command = take() { return command }
-        if isIdle {
+        if hasNothingToCoordinate {
             phase = .dormant
             return .some(nil)
         }
@@ -187,16 +187,16 @@ struct HostMachine<Job, Waiter, EndWaiter> {
         return true
     }
 
-    /// Closes the host: jobs are no longer taken; returns those not started, to abandon.
+    /// Closes the host: jobs are no longer taken; returns those not started, to cancel.
     private mutating func close() -> [Job] {
         closed = true
         return queue.removeAll()
     }
 
     /// The hosting task took its last command: it closes the host (returning the jobs not started,
-    /// to abandon) and takes no more commands. `endNow` when a deadline or cancellation was posted and
+    /// to cancel) and takes no more commands. `endNow` when a deadline or cancellation was posted and
     /// not taken: `run()`'s wait ends at once.
-    mutating func finish() -> (abandon: [Job], endNow: Bool) {
+    mutating func finish() -> (cancel: [Job], endNow: Bool) {
         phase = .closing
         return (close(), deadline || cancelled)
     }
@@ -233,7 +233,7 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     // MARK: Rules
 
     /// The next command. A cancellation or the deadline comes before anything else, so a stream of new
-    /// effects cannot postpone them (the jobs left are abandoned when the host closes).
+    /// effects cannot postpone them (the jobs left are cancelled when the host closes).
     private mutating func take() -> HostCommand? {
         if cancelled { return .cancelled }
         if deadline {
@@ -262,8 +262,9 @@ struct HostMachine<Job, Waiter, EndWaiter> {
         return nil
     }
 
-    /// Whether nothing runs or waits: the hosting task may end (unless it stays until the end).
-    var isIdle: Bool {
+    /// Whether nothing runs or waits to be coordinated: the hosting task may end (unless it stays until
+    /// the end).
+    var hasNothingToCoordinate: Bool {
         !keepsTask && runners == 0 && !sourcesRunning && sourcesToStart == nil && !cancelled && !deadline
             && runnersToAdd == 0 && stop == nil && !quiescent
     }
@@ -285,7 +286,7 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     private mutating func wake() -> Wake {
         switch phase {
         case .dormant:
-            guard !isIdle else { return .none }
+            guard !hasNothingToCoordinate else { return .none }
             phase = .coordinating(waiter: nil)
             return .launch
         case .coordinating(let waiter):
@@ -295,7 +296,7 @@ struct HostMachine<Job, Waiter, EndWaiter> {
                 return .resume(waiter, command)
             }
             // The last runner has ended: the hosting task ends too.
-            guard isIdle else { return .none }
+            guard hasNothingToCoordinate else { return .none }
             phase = .dormant
             return .resume(waiter, nil)
         case .closing:

@@ -5,16 +5,16 @@ public import LoopCore
 /// lock; every input is a method that decides and returns an action value, which the driver (``Loop``)
 /// performs once the lock is released.
 ///
-/// Where the loop is in its life is one enum, ``Lifecycle``, so an impossible combination (stopping
+/// Where the loop is in its life is one enum, ``Phase``, so an impossible combination (stopping
 /// without a host, draining after the stop) cannot be written down. The inbox, the state machine of the
 /// program, the effect table and the state-stream consumers are the data every phase shares.
 @usableFromInline
 struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// Where a loop is in its life.
     @usableFromInline
-    enum Lifecycle {
+    enum Phase {
         /// Created, not yet running: events from outside are queued, nothing is processed.
-        case idle
+        case created
         /// Running on `host`. `draining` is the baton: whoever holds it processes events, everyone else
         /// queues them. A started loop has no host until it needs one (its first asynchronous effect, or a
         /// stop that must wait).
@@ -148,7 +148,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @usableFromInline
     let timed: Bool
     @usableFromInline
-    var lifecycle = Lifecycle.idle
+    var phase = Phase.created
     @usableFromInline
     var inbox = Queue<Envelope<Event>>()
     @usableFromInline
@@ -192,34 +192,34 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// Whether `run()` is under way: from the claim until the loop stopped.
     @inlinable
     var isRunning: Bool {
-        switch lifecycle {
+        switch phase {
         case .running, .stopping: true
-        case .idle, .stopped: false
+        case .created, .stopped: false
         }
     }
 
     /// Whether someone holds the drain baton.
     @inlinable
     var isDraining: Bool {
-        switch lifecycle {
+        switch phase {
         case .running(_, let draining), .stopping(_, let draining): draining
-        case .idle, .stopped: false
+        case .created, .stopped: false
         }
     }
 
     /// The host the loop runs on, while it runs.
     @inlinable
     var host: Host? {
-        switch lifecycle {
+        switch phase {
         case .running(let host, _), .stopping(let host, _): host
-        case .idle, .stopped: nil
+        case .created, .stopped: nil
         }
     }
 
     /// Whether the loop has stopped.
     @inlinable
     var isStopped: Bool {
-        if case .stopped = lifecycle { true } else { false }
+        if case .stopped = phase { true } else { false }
     }
 
     /// The state after the last processed event.
@@ -243,7 +243,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     /// How many tasks wait for the loop to start or to stop.
     @inlinable
-    var lifecycleWaiterCount: Int { startWaiters.count }
+    var phaseWaiterCount: Int { startWaiters.count }
 
     /// How many throttle intervals are under way.
     @inlinable
@@ -291,18 +291,18 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// The host the loop runs on, made by `make` if it has none yet; `nil` if it does not run.
     @inlinable
     mutating func adoptHost(_ make: () -> Host) -> Host? {
-        switch lifecycle {
+        switch phase {
         case .running(let host?, _), .stopping(let host?, _):
             return host
         case .running(nil, let draining):
             let host = make()
-            lifecycle = .running(host, draining: draining)
+            phase = .running(host, draining: draining)
             return host
         case .stopping(nil, let draining):
             let host = make()
-            lifecycle = .stopping(host, draining: draining)
+            phase = .stopping(host, draining: draining)
             return host
-        case .idle, .stopped:
+        case .created, .stopped:
             return nil
         }
     }
@@ -311,7 +311,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// start waiters (`untilStop`): a list fewer keeps every loop 16 bytes smaller.
     @inlinable
     mutating func waitForStop(_ id: UInt64, _ waiter: CheckedContinuation<Bool, Never>) -> Bool {
-        if case .stopped = lifecycle { return false }
+        if case .stopped = phase { return false }
         startWaiters.append((id, waiter, true))
         return true
     }
@@ -324,10 +324,10 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     @inlinable
     mutating func setDraining(_ draining: Bool) {
-        switch lifecycle {
-        case .running(let host, _): lifecycle = .running(host, draining: draining)
-        case .stopping(let host, _): lifecycle = .stopping(host, draining: draining)
-        case .idle, .stopped: break
+        switch phase {
+        case .running(let host, _): phase = .running(host, draining: draining)
+        case .stopping(let host, _): phase = .stopping(host, draining: draining)
+        case .created, .stopped: break
         }
     }
 
@@ -337,9 +337,9 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// caller the drain baton, so no event is processed before they start.
     @inlinable
     mutating func claim(_ host: Host?, first effects: [Effect]) -> Claim {
-        switch lifecycle {
-        case .idle:
-            lifecycle = .running(host, draining: true)
+        switch phase {
+        case .created:
+            phase = .running(host, draining: true)
             let waiters = startWaiters.filter { !$0.untilStop }.map { $0.waiter }
             startWaiters.removeAll { !$0.untilStop }
             let dispatch =
@@ -356,8 +356,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// running or ran), `false` when it stopped without running; `nil` when the waiter was parked.
     @inlinable
     mutating func waitForStart(_ id: UInt64, _ waiter: CheckedContinuation<Bool, Never>) -> Bool? {
-        switch lifecycle {
-        case .idle:
+        switch phase {
+        case .created:
             startWaiters.append((id, waiter, false))
             return nil
         case .running, .stopping: return true
@@ -384,8 +384,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     ) -> Reception {
         report.eventsSent += 1
         let busy: Bool
-        switch lifecycle {
-        case .idle:
+        switch phase {
+        case .created:
             busy = true
         case .running(_, let draining):
             busy = draining
@@ -417,7 +417,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             return .queued
         }
         let step = process(Envelope(event, from: origin, context: context))
-        if step.isComplete, case .running = lifecycle { return .processed }
+        if step.isComplete, case .running = phase { return .processed }
         setDraining(true)
         return .step(step)
     }
@@ -462,7 +462,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         var processed = 0
         while isRunning, let envelope = inbox.popFirst() {
             var step = process(envelope)
-            if !waitingSenders.isEmpty, case .running = lifecycle {
+            if !waitingSenders.isEmpty, case .running = phase {
                 let waiting = waitingSenders.removeFirst()
                 report.eventsSent += 1
                 inbox.append(Envelope(waiting.event, from: waiting.origin, context: waiting.context))
@@ -576,7 +576,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
                 }
             }
             let holding: Bool
-            if case .running = self.lifecycle { holding = true } else { holding = false }
+            if case .running = self.phase { holding = true } else { holding = false }
             decisions.append(
                 Decision(
                     index,
@@ -615,8 +615,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     func mustWait() -> Bool {
         guard let capacity = policy.capacity, policy.overflow == .suspendSender else { return false }
-        switch lifecycle {
-        case .idle, .running: return inbox.count >= capacity
+        switch phase {
+        case .created, .running: return inbox.count >= capacity
         case .stopping, .stopped: return false
         }
     }
@@ -652,7 +652,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// has already stopped (then nothing will reply: the caller fails it).
     @inlinable
     mutating func register(_ request: any PendingRequest) -> Bool {
-        if case .stopped = lifecycle { return false }
+        if case .stopped = phase { return false }
         if requests.count == requests.capacity && requests.count >= 16 {
             requests.removeAll { $0.isSettled }
             if requests.count > requests.capacity / 2 { requests.reserveCapacity(requests.capacity * 2) }
@@ -669,18 +669,18 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// A loop without a host that cannot finish at once gets one from `makeHost`, so its stop has a deadline.
     @inlinable
     mutating func stop(makeHost: () -> Host? = { nil }) -> Stop {
-        switch lifecycle {
-        case .idle:
+        switch phase {
+        case .created:
             return .finished(close(.neverStarted))
         case .running(let host, let draining):
-            lifecycle = .stopping(host, draining: draining)
+            phase = .stopping(host, draining: draining)
             let senders = takeWaitingSenders()
             let (cancelling, cancelled) = effects.cancelWaiting(report: &report)
             let finish = finishIfQuiet()
             var stopping = host
             if finish == nil, host == nil, let made = makeHost() {
                 stopping = made
-                lifecycle = .stopping(made, draining: draining)
+                phase = .stopping(made, draining: draining)
             }
             return .stopping(
                 stopping,
@@ -701,7 +701,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// as the check, so no event slips in between: how a group passivates an idle member.
     @inlinable
     mutating func stopIfQuiet(_ quiet: (State) -> Bool) -> Stop? {
-        guard case .running(_, draining: false) = lifecycle, inbox.isEmpty, effects.isEmpty, effects.windows.isEmpty,
+        guard case .running(_, draining: false) = phase, inbox.isEmpty, effects.isEmpty, effects.windows.isEmpty,
             pendingMapped == 0, quiet(machine.state)
         else { return nil }
         return stop()
@@ -712,15 +712,15 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// (`.deadlineExceeded`) and the cancellation of the task running the loop (`.cancelled`). `nil` if
     /// the loop had already stopped.
     @inlinable
-    mutating func expire(_ ending: LoopReport.Ending) -> Finish<State, Event, Effect>? {
-        if case .stopped = lifecycle { return nil }
+    mutating func abandon(_ ending: LoopReport.Ending) -> Finish<State, Event, Effect>? {
+        if case .stopped = phase { return nil }
         return close(ending)
     }
 
     /// The loop's graceful shutdown, if nothing is left to do.
     @inlinable
     mutating func finishIfQuiet() -> Finish<State, Event, Effect>? {
-        guard case .stopping(_, draining: false) = lifecycle, inbox.isEmpty, effects.isEmpty, pendingMapped == 0
+        guard case .stopping(_, draining: false) = phase, inbox.isEmpty, effects.isEmpty, pendingMapped == 0
         else { return nil }
         return close(.drained)
     }
@@ -729,7 +729,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     mutating func close(_ ending: LoopReport.Ending) -> Finish<State, Event, Effect> {
         var finish = Finish<State, Event, Effect>(ending: ending, host: host)
-        lifecycle = .stopped(ending)
+        phase = .stopped(ending)
         report.ending = ending
         finish.dropped = inbox.removeAll().map { $0.event }
         report.eventsDropped += finish.dropped.count
@@ -759,7 +759,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// time, even an effect asked for after the stop began) or stopped.
     @inlinable
     mutating func arm(_ id: UInt64, cancel: CancelHandle) -> Bool {
-        guard case .running = lifecycle else { return false }
+        guard case .running = phase else { return false }
         return effects.arm(id, cancel: cancel)
     }
 
@@ -839,11 +839,11 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 // The engine's actions compare as values, so its tests are one `#expect` per transition. Closures
 // (cancel handles, performers) compare by the effect id they belong to; waiting continuations by count.
 
-extension LoopEngine.Lifecycle: Equatable {
+extension LoopEngine.Phase: Equatable {
     @inlinable
     static func == (lhs: Self, rhs: Self) -> Bool {
         switch (lhs, rhs) {
-        case (.idle, .idle): true
+        case (.created, .created): true
         case (.running(let left, let leftDraining), .running(let right, let rightDraining)),
             (.stopping(let left, let leftDraining), .stopping(let right, let rightDraining)):
             left === right && leftDraining == rightDraining

@@ -163,7 +163,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         timeout: Duration? = nil,
         _ make: (ReplyTo<Value>) -> Event
     ) async throws(RequestError) -> Value {
-        try await Requests.perform(timeout: timeout, clock: context.clock, make: make) { event, waiter in
+        try await Requests.ask(timeout: timeout, clock: context.clock, make: make) { event, waiter in
             deliver(event, to: id, holding: waiter).delivery
         }
     }
@@ -224,10 +224,10 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     /// again, starts a new loop for `id`. Returns whether it was removed. How a durable group passivates.
     package func passivate(_ id: ID, when quiet: (State) -> Bool) -> Bool {
         let stopped = members.withLock { members in
-            members.removeIf(id) { loop in loop.storage.withLock { $0.stopIfQuiet(quiet) } }
+            members.removeIf(id) { loop in loop.engine.withLock { $0.stopIfQuiet(quiet) } }
         }
         guard let (loop, stop) = stopped else { return false }
-        loop.perform(stop)
+        loop.carryOut(stop)
         return true
     }
 
@@ -278,8 +278,8 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
             clock: context.clock,
             shutdown: Host.Shutdown(
                 stopping: {},
-                deadline: { for loop in self.members.withLock({ $0.all }) { loop.expire(.deadlineExceeded) } },
-                cancelled: { for loop in self.members.withLock({ $0.all }) { loop.expire(.cancelled) } }
+                deadline: { for loop in self.members.withLock({ $0.all }) { loop.abandon(.deadlineExceeded) } },
+                cancelled: { for loop in self.members.withLock({ $0.all }) { loop.abandon(.cancelled) } }
             )
         )
         let (started, waiters) = try members.withLock { try $0.start(host) }
@@ -292,7 +292,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
             host.cancel()
         }
         let loops = members.withLock { $0.end() }
-        for loop in loops { loop.expire(.cancelled) }
+        for loop in loops { loop.abandon(.cancelled) }
         let endings = Set(loops.compactMap { $0.report.ending })
         var report = self.report
         report.ending =

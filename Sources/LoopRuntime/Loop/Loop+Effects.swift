@@ -15,9 +15,9 @@ extension Loop {
         }
         let job = Host.Job(
             run: { await self.perform(admitted) },
-            abandon: { self.ended(admitted, .cancelled) }
+            cancel: { self.ended(admitted, .cancelled) }
         )
-        guard let host = host ?? adoptedHost() else { return job.abandon() }
+        guard let host = host ?? adoptedHost() else { return job.cancel() }
         host.spawn(job)
     }
 
@@ -67,10 +67,10 @@ extension Loop {
             Host.Job(
                 run: {
                     do { try await clock.sleep(for: interval) } catch { return }
-                    guard let next = self.storage.withLock({ $0.intervalEnded(key) }) else { return }
+                    guard let next = self.engine.withLock({ $0.intervalEnded(key) }) else { return }
                     self.dispatch(next, send: self.effectSend)
                 },
-                abandon: {}
+                cancel: {}
             )
         )
     }
@@ -84,7 +84,7 @@ extension Loop {
         let run = EffectRun()
         let id = admitted.id
         // Armed before the wait begins, so an effect cancelled first never starts sleeping on the clock.
-        guard storage.withLock({ $0.arm(id, cancel: CancelHandle(id: id) { run.cancel() }) }) else { return false }
+        guard engine.withLock({ $0.arm(id, cancel: CancelHandle(id: id) { run.cancel() }) }) else { return false }
         let sleeper = Task {
             do {
                 try await clock.sleep(for: delay)
@@ -110,7 +110,7 @@ extension Loop {
         let id = admitted.id
         guard await waitForDelay(of: admitted) else { return ended(admitted, .cancelled) }
         let run = EffectRun()
-        guard storage.withLock({ $0.begin(id, cancel: CancelHandle(id: id) { run.cancel() }) }) else {
+        guard engine.withLock({ $0.begin(id, cancel: CancelHandle(id: id) { run.cancel() }) }) else {
             return ended(admitted, .cancelled)
         }
         observe(.effectStarted(admitted.effect, id: EffectID(rawValue: id), lifecycle: admitted.lifecycle))
@@ -118,12 +118,12 @@ extension Loop {
         let timeout = admitted.lifecycle.timeout
         // A timed effect's events are taken only while it has not timed out.
         let send = timeout == nil ? effectSend : Send { event in self.receive(event, fromEffect: id) }
-        let storage = self.storage
+        let engine = self.engine
         let work = Task {
             let outcome = await Self.outcome { try await admitted.perform(admitted.effect, send) }
             if !run.handlerReturned(outcome) {
                 // It had timed out: its handler has now returned, so it no longer runs unaccounted.
-                storage.withLock { $0.stragglerReturned(id) }
+                engine.withLock { $0.stragglerReturned(id) }
             }
         }
         run.attach(work)
@@ -156,7 +156,7 @@ extension Loop {
     @inlinable
     func receive(_ event: Event, fromEffect id: UInt64) -> Delivery {
         let carried = context.carriedContext()
-        return conclude(storage.withLock { $0.receive(event, fromEffect: id, context: carried) }, event)
+        return conclude(engine.withLock { $0.receive(event, fromEffect: id, context: carried) }, event)
     }
 
     @inlinable
@@ -176,25 +176,25 @@ extension Loop {
         _ result: EffectOutcome,
         since start: ContinuousClock.Instant? = nil
     ) {
-        guard let end = storage.withLock({ $0.end(admitted, result) }) else { return }
-        report(end, duration: start.map { ContinuousClock.now - $0 } ?? .zero)
+        guard let end = engine.withLock({ $0.end(admitted, result) }) else { return }
+        carryOut(end, duration: start.map { ContinuousClock.now - $0 } ?? .zero)
     }
 
     /// Effect `id` ran past `timeout`: it is reported timed out now; its handler is cancelled.
     @inlinable
     func timedOut(_ id: UInt64, after timeout: Duration, _ run: EffectRun) {
-        let timing = storage.withLock { engine in
+        let timing = engine.withLock { engine in
             engine.timeOut(id, after: timeout, handlerRunning: run.isHandlerRunning)
         }
         guard let (end, cancel) = timing else { return }
         cancel?.cancel()
-        report(end, duration: timeout)
+        carryOut(end, duration: timeout)
     }
 
     /// Reports an effect's end, delivers the event its error maps to, starts the effect queued behind it,
     /// and finishes the loop's shutdown if that was the last thing it waited for.
     @inlinable
-    func report(_ end: LoopEngine<State, Event, Effect>.EffectEnd, duration: Duration) {
+    func carryOut(_ end: LoopEngine<State, Event, Effect>.EffectEnd, duration: Duration) {
         let id = EffectID(rawValue: end.id)
         switch end.outcome {
         case .completed:
@@ -207,12 +207,12 @@ extension Loop {
             observe(.effectTimedOut(end.effect, id: id, timeout: timeout, mappedTo: end.mapped))
         }
         if let mapped = end.mapped {
-            let (reception, finish) = storage.withLock { $0.receiveMapped(mapped) }
+            let (reception, finish) = engine.withLock { $0.receiveMapped(mapped) }
             _ = conclude(reception, mapped)
-            if let finish { complete(finish) }
+            if let finish { carryOut(finish) }
         }
         if let next = end.next { dispatch(next, send: effectSend) }
-        if let finish = end.finish { complete(finish) }
+        if let finish = end.finish { carryOut(finish) }
     }
 }
 

@@ -23,7 +23,7 @@ extension Loop {
             host.cancel()
         }
         // The host ends only after the loop stopped; were it otherwise, the loop stops here.
-        expire(.cancelled)
+        abandon(.cancelled)
         return report
     }
 
@@ -63,13 +63,13 @@ extension Loop {
         let id = identifiers.add(1, ordering: .relaxed).newValue
         await withTaskCancellationHandler {
             _ = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-                let parked = storage.withLock { engine in
+                let parked = engine.withLock { engine in
                     !Task.isCancelled && engine.waitForStop(id, continuation)
                 }
                 if !parked { continuation.resume(returning: false) }
             }
         } onCancel: {
-            storage.withLock { $0.removeStopWaiter(id) }?.resume(returning: false)
+            engine.withLock { $0.removeStopWaiter(id) }?.resume(returning: false)
         }
         return report
     }
@@ -77,7 +77,7 @@ extension Loop {
     /// The host of a loop started without one, made now; `nil` if the loop does not run.
     @usableFromInline
     func adoptedHost() -> Host? {
-        storage.withLock { $0.adoptHost(makeHost) }
+        engine.withLock { $0.adoptHost(makeHost) }
     }
 
     /// A host for this loop alone, made when it first needs one: the first asynchronous effect of a
@@ -93,10 +93,10 @@ extension Loop {
             clock: context.clock,
             shutdown: Host.Shutdown(
                 stopping: { sourcesStop?.fire() },
-                deadline: { self.expire(.deadlineExceeded) },
+                deadline: { self.abandon(.deadlineExceeded) },
                 cancelled: {
                     sourcesStop?.fire()
-                    self.expire(.cancelled)
+                    self.abandon(.cancelled)
                 }
             ),
             members: members
@@ -125,7 +125,7 @@ extension Loop {
         // Joined before the claim: a stop that follows the claim at once must find the host with this
         // loop as a member, or the host would close before the loop started its effects.
         host?.join()
-        let claim = storage.withLock { $0.claim(host, first: firstEffects) }
+        let claim = engine.withLock { $0.claim(host, first: firstEffects) }
         switch claim {
         case .started(let first, let waiters):
             for waiter in waiters { waiter.resume(returning: true) }
@@ -144,8 +144,8 @@ extension Loop {
     }
 
     /// Stops at once (deadline or cancellation), if the loop has not stopped yet.
-    func expire(_ ending: LoopReport.Ending) {
-        if let finish = storage.withLock({ $0.expire(ending) }) { complete(finish) }
+    func abandon(_ ending: LoopReport.Ending) {
+        if let finish = engine.withLock({ $0.abandon(ending) }) { carryOut(finish) }
     }
 
     /// Shuts the loop down gracefully.
@@ -166,12 +166,12 @@ extension Loop {
     /// Stops intake; the host the loop runs on, if it runs. The host's own stop is the caller's.
     @discardableResult
     func beginStopping() -> Host? {
-        perform(storage.withLock { $0.stop(makeHost: makeHost) })
+        carryOut(engine.withLock { $0.stop(makeHost: makeHost) })
     }
 
     /// Carries out what the engine decided when asked to stop.
     @discardableResult
-    func perform(_ stop: LoopEngine<State, Event, Effect>.Stop) -> Host? {
+    func carryOut(_ stop: LoopEngine<State, Event, Effect>.Stop) -> Host? {
         switch stop {
         case .none:
             return nil
@@ -185,10 +185,10 @@ extension Loop {
             observe(.stopping)
             for handle in cancelling { handle.cancel() }
             for effect in cancelled { observe(.effectCancelled(effect.effect, id: EffectID(rawValue: effect.id))) }
-            if let finish { complete(finish) }
+            if let finish { carryOut(finish) }
             return host
         case .finished(let finish):
-            complete(finish)
+            carryOut(finish)
             return nil
         }
     }

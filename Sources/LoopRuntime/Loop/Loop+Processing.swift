@@ -33,7 +33,7 @@ extension Loop {
                     dispatch(current.dispatch, send: sender, context: current.context)
                 }
             }
-            switch storage.withLock({ $0.nextStep() }) {
+            switch engine.withLock({ $0.nextStep() }) {
             case .step(let following):
                 step = following
             case .again:
@@ -44,7 +44,7 @@ extension Loop {
                 for waiter in waiters { waiter.resume() }
                 return
             case .finished(let finish):
-                complete(finish)
+                carryOut(finish)
                 return
             }
         }
@@ -193,7 +193,7 @@ extension Loop {
     /// Releases everyone waiting on a loop that has stopped, reports what the stop did, and leaves the
     /// host.
     @usableFromInline
-    func complete(_ finish: Finish<State, Event, Effect>) {
+    func carryOut(_ finish: Finish<State, Event, Effect>) {
         for subscriber in finish.subscribers { subscriber.resume(returning: nil) }
         for request in finish.requests { request.fail(.loopStopped) }
         for turned in finish.senders {

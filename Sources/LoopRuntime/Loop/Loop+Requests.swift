@@ -27,7 +27,7 @@ extension Loop {
         timeout: Duration? = nil,
         _ make: (ReplyTo<Value>) -> Event
     ) async throws(RequestError) -> Value {
-        try await Requests.perform(timeout: timeout, clock: context.clock, make: make) { event, waiter in
+        try await Requests.ask(timeout: timeout, clock: context.clock, make: make) { event, waiter in
             receive(event, from: .outside, holding: waiter)
         }
     }
@@ -37,7 +37,7 @@ extension Loop {
     @inlinable
     func receive(_ event: Event, from origin: EventOrigin, holding request: any PendingRequest) -> Delivery {
         let carried = context.carriedContext()
-        let reception = storage.withLock { engine in
+        let reception = engine.withLock { engine in
             let reception = engine.receive(event, from: origin, context: carried)
             if case .rejected = reception {} else { _ = engine.register(request) }
             return reception
@@ -50,6 +50,6 @@ extension Loop {
     func hold(_ request: any PendingRequest) {
         // Answered already (processed inline, on this thread): nothing to hold.
         guard !request.isSettled else { return }
-        if !storage.withLock({ $0.register(request) }) { request.fail(.loopStopped) }
+        if !engine.withLock({ $0.register(request) }) { request.fail(.loopStopped) }
     }
 }

@@ -4,20 +4,20 @@ internal import Synchronization
 extension Loop: StateFeed {
     func subscribe() -> UInt64 {
         let id = identifiers.add(1, ordering: .relaxed).newValue
-        storage.withLock { $0.subscribe(id) }
+        engine.withLock { $0.subscribe(id) }
         return id
     }
 
     func nextState(for id: UInt64) async -> State? {
         typealias Ready = StatePoll<State>
-        switch storage.withLock({ $0.pollState(for: id) }) {
+        switch engine.withLock({ $0.pollState(for: id) }) {
         case .state(let state): return state
         case .finished: return nil
         case nil: break
         }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<State?, Never>) in
-                let ready = storage.withLock { engine -> Ready? in
+                let ready = engine.withLock { engine -> Ready? in
                     if let ready = engine.pollState(for: id) { return ready }
                     if Task.isCancelled { return .finished }
                     engine.parkSubscriber(id, continuation)
@@ -30,11 +30,11 @@ extension Loop: StateFeed {
                 }
             }
         } onCancel: {
-            storage.withLock { $0.unsubscribe(id) }?.resume(returning: nil)
+            engine.withLock { $0.unsubscribe(id) }?.resume(returning: nil)
         }
     }
 
     func unsubscribe(_ id: UInt64) {
-        storage.withLock { $0.unsubscribe(id) }?.resume(returning: nil)
+        engine.withLock { $0.unsubscribe(id) }?.resume(returning: nil)
     }
 }

@@ -31,7 +31,7 @@ internal import Synchronization
 ///   without a task of its own, for loops that are many; ``waitUntilStopped()`` returns its report.
 public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
     @usableFromInline
-    let storage: Locked<LoopEngine<State, Event, Effect>>
+    let engine: Locked<LoopEngine<State, Event, Effect>>
     @usableFromInline
     let firstEffects: [Effect]
     @usableFromInline
@@ -93,7 +93,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         notifyGroup: (@Sendable (Loop, GroupNotice) -> Void)?
     ) {
         let first = program.first
-        self.storage = Locked(
+        self.engine = Locked(
             LoopEngine(
                 machine: Machine(state: first.state, update: program.update),
                 router: context.router,
@@ -111,7 +111,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     @inlinable
     func observe(_ activity: @autoclosure () -> LoopActivity<Event, Effect>) {
-        context.observe(activity(), entity: entity) { storage.withLock { $0.state } }
+        context.observe(activity(), entity: entity) { engine.withLock { $0.state } }
     }
 
     // MARK: Sending
@@ -145,7 +145,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         let carried = context.carriedContext()
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Delivery, Never>) in
-                let reception = storage.withLock { engine -> LoopEngine<State, Event, Effect>.Reception? in
+                let reception = engine.withLock { engine -> LoopEngine<State, Event, Effect>.Reception? in
                     guard !Task.isCancelled, engine.mustWait() else {
                         return engine.receive(event, from: origin, context: carried)
                     }
@@ -155,7 +155,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
                 if let reception { continuation.resume(returning: conclude(reception, event)) }
             }
         } onCancel: {
-            if let waiter = storage.withLock({ $0.removeWaitingSender(id) }) {
+            if let waiter = engine.withLock({ $0.removeWaitingSender(id) }) {
                 observe(.eventRejected(event, reason: .inboxFull))
                 waiter.resume(returning: .rejected(.inboxFull))
             }
@@ -165,7 +165,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     @inlinable
     func receive(_ event: Event, from origin: EventOrigin) -> Delivery {
         let carried = context.carriedContext()
-        return conclude(storage.withLock { $0.receive(event, from: origin, context: carried) }, event)
+        return conclude(engine.withLock { $0.receive(event, from: origin, context: carried) }, event)
     }
 
     /// Performs what taking `event` requires outside the lock; the delivery to return.
@@ -206,12 +206,12 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     /// The state after the last processed event.
     public var state: State {
-        storage.withLock { $0.state }
+        engine.withLock { $0.state }
     }
 
     /// Whether `run()` is under way: from its start until the loop has stopped.
     public var isRunning: Bool {
-        storage.withLock { $0.isRunning }
+        engine.withLock { $0.isRunning }
     }
 
     /// Returns once `run()` has started the loop: `true` once it runs (at once if it is running or has
@@ -220,34 +220,34 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         let id = identifiers.add(1, ordering: .relaxed).newValue
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-                let known = storage.withLock { engine -> Bool? in
+                let known = engine.withLock { engine -> Bool? in
                     if Task.isCancelled { return false }
                     return engine.waitForStart(id, continuation)
                 }
                 if let known { continuation.resume(returning: known) }
             }
         } onCancel: {
-            storage.withLock { $0.removeStartWaiter(id) }?.resume(returning: false)
+            engine.withLock { $0.removeStartWaiter(id) }?.resume(returning: false)
         }
     }
 
     /// Whether no event is being processed or waiting: everything sent so far, and every effect started
     /// inline because of it, has been dealt with. For test harnesses.
     package var isIdle: Bool {
-        storage.withLock { $0.hasNoEventUnderWay }
+        engine.withLock { $0.hasNoEventUnderWay }
     }
 
     /// Returns once no event is being processed or waiting (at once if that is so now). For test
     /// harnesses, which wait for the loop to settle.
     package func whenIdle() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            if !storage.withLock({ $0.waitForIdle(continuation) }) { continuation.resume() }
+            if !engine.withLock({ $0.waitForIdle(continuation) }) { continuation.resume() }
         }
     }
 
     /// Whether the loop has settled now (see ``whenSettled()``).
     package var isSettled: Bool {
-        storage.withLock { $0.isSettled }
+        engine.withLock { $0.isSettled }
     }
 
     /// Returns once the loop has settled: no event is queued or being processed and no effect is under
@@ -268,29 +268,29 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// How many asynchronous effects are let in, not asked to cancel, and not ended: those a recording
     /// handler has, or soon will have. For test harnesses.
     package var liveEffects: Int {
-        storage.withLock { $0.liveEffects }
+        engine.withLock { $0.liveEffects }
     }
 
     /// Whether the loop has a host (a loop started with ``start()`` makes one only when it first needs it),
     /// and whether that host has a task running. For tests of what an idle loop holds.
     package var hosting: (hasHost: Bool, hasTask: Bool) {
-        guard let host = storage.withLock({ $0.host }) else { return (false, false) }
+        guard let host = engine.withLock({ $0.host }) else { return (false, false) }
         return (true, host.hasTask)
     }
 
     /// How many tasks wait for the loop to start or to stop. For tests, which wait for them to park.
-    package var lifecycleWaiters: Int {
-        storage.withLock { $0.lifecycleWaiterCount }
+    package var phaseWaiters: Int {
+        engine.withLock { $0.phaseWaiterCount }
     }
 
     /// How many throttle intervals are under way. For tests, which wait for one to end.
     package var throttleIntervals: Int {
-        storage.withLock { $0.throttleIntervals }
+        engine.withLock { $0.throttleIntervals }
     }
 
     /// What the loop has done so far; once stopped, how it stopped.
     public var report: LoopReport {
-        var report = storage.withLock { $0.currentReport }
+        var report = engine.withLock { $0.currentReport }
         let (completed, failed) = (syncCompleted.load(ordering: .relaxed), syncFailed.load(ordering: .relaxed))
         report.effectsStarted += completed + failed
         report.effectsCompleted += completed

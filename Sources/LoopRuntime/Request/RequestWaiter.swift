@@ -115,7 +115,7 @@ enum Requests {
     /// outcome: the reply, or the error that ended the wait. `send` delivers the event and has the loop
     /// that took it hold the waiter (``LoopEngine/register(_:)``); it returns the delivery.
     @inlinable
-    static func perform<Event, Value: Sendable>(
+    static func ask<Event, Value: Sendable>(
         timeout: Duration?,
         clock: any Clock<Duration>,
         make: (ReplyTo<Value>) -> Event,

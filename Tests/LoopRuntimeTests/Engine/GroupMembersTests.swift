@@ -4,7 +4,7 @@ import Testing
 
 @testable import LoopRuntime
 
-/// The group's state machine as a value: every transition of ``GroupMembers/Lifecycle``, with the loops
+/// The group's state machine as a value: every transition of ``GroupMembers/Phase``, with the loops
 /// it holds, one `#expect` each.
 @Suite struct GroupMembersTests {
     typealias Members = GroupMembers<String, Int, Int, Never>

@@ -93,8 +93,8 @@ import Testing
     @Test func aJobPostedToAClosedHostIsHandedBackToAbandon() {
         var machine = coordinating()
         _ = machine.finish()
-        let (wake, abandon) = machine.spawn("a")
-        #expect(describe(wake) == "none" && abandon == "a")
+        let (wake, cancel) = machine.spawn("a")
+        #expect(describe(wake) == "none" && cancel == "a")
         #expect(machine.queue.isEmpty)
     }
 
@@ -243,9 +243,9 @@ import Testing
         var machine = hosting()
         _ = machine.spawn("a")
         _ = machine.deadlineFired()
-        let (abandon, endNow) = machine.finish()
-        #expect(abandon == ["a"] && endNow)
-        #expect(machine.spawn("b").abandon == "b")
+        let (cancel, endNow) = machine.finish()
+        #expect(cancel == ["a"] && endNow)
+        #expect(machine.spawn("b").cancel == "b")
     }
 
     @Test func theEndReleasesItsWaitersOnceAndLaterWaitersPassAtOnce() {

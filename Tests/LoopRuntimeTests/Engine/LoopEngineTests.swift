@@ -5,7 +5,7 @@ import Testing
 @testable import LoopRuntime
 
 /// The engine as a value: a sequence of inputs in, the returned actions out, one `#expect` each. Every
-/// transition of ``LoopEngine/Lifecycle`` is here (idle, running, stopping, stopped, with and without
+/// transition of ``LoopEngine/Phase`` is here (created, running, stopping, stopped, with and without
 /// the drain baton), with every inbox policy and every effect lifecycle.
 @Suite struct LoopEngineTests {
     /// An effect: synchronous or not, scheduled by its own lifecycle.
@@ -128,7 +128,7 @@ import Testing
         var engine = engine()
         let action1 = engine.receive(.add(1), from: .outside)
         #expect(action1 == .queued)
-        #expect(engine.machine.state == 0 && engine.lifecycle == .idle && engine.report.eventsSent == 1)
+        #expect(engine.machine.state == 0 && engine.phase == .created && engine.report.eventsSent == 1)
     }
 
     @Test func claimingAnIdleLoopHandsTheClaimerTheBatonAndTheStartUpEffects() {
@@ -146,7 +146,7 @@ import Testing
                     startWaiters: []
                 )
         )
-        #expect(engine.lifecycle == .running(host, draining: true))
+        #expect(engine.phase == .running(host, draining: true))
     }
 
     @Test func theClaimerThenProcessesWhatWasQueuedInOrder() {
@@ -158,7 +158,7 @@ import Testing
         #expect(action3 == .step(step(.emit([.sync("s")]), effects: [.sync("s")], first: 1)))
         let action4 = engine.nextStep()
         #expect(action4 == .idle)
-        #expect(engine.machine.state == 1 && engine.lifecycle == .running(host, draining: false))
+        #expect(engine.machine.state == 1 && engine.phase == .running(host, draining: false))
     }
 
     @Test func stoppingALoopThatNeverRanDropsWhatItQueued() {
@@ -166,7 +166,7 @@ import Testing
         _ = engine.receive(.add(1), from: .outside)
         let action5 = engine.stop()
         #expect(action5 == .finished(finish(.neverStarted, host: nil, dropped: [.add(1)])))
-        #expect(engine.lifecycle == .stopped(.neverStarted) && engine.report.eventsDropped == 1)
+        #expect(engine.phase == .stopped(.neverStarted) && engine.report.eventsDropped == 1)
     }
 
     @Test func aStartWaiterParksUntilTheClaimAndLearnsOfAStopBeforeRunning() async {
@@ -202,14 +202,14 @@ import Testing
         var engine = running()
         let action9 = engine.receive(.add(2), from: .outside)
         #expect(action9 == .processed)
-        #expect(engine.machine.state == 2 && engine.lifecycle == .running(host, draining: false))
+        #expect(engine.machine.state == 2 && engine.phase == .running(host, draining: false))
     }
 
     @Test func anEventWithEffectsHandsTheCallerTheBaton() {
         var engine = running()
         let action10 = engine.receive(.emit([.sync("s")]), from: .source)
         #expect(action10 == .step(step(.emit([.sync("s")]), origin: .source, effects: [.sync("s")], first: 1)))
-        #expect(engine.lifecycle == .running(host, draining: true))
+        #expect(engine.phase == .running(host, draining: true))
     }
 
     @Test func anObservedLoopReportsEveryEventAsAStep() {
@@ -299,7 +299,7 @@ import Testing
         var engine = running()
         let action19 = engine.stop()
         #expect(action19 == .stopping(host, senders: [], finish: finish(.drained, host: host)))
-        #expect(engine.lifecycle == .stopped(.drained))
+        #expect(engine.phase == .stopped(.drained))
     }
 
     @Test func stoppingWhileSomeoneDrainsFinishesWhenTheDrainEnds() {
@@ -308,7 +308,7 @@ import Testing
         _ = engine.receive(.add(1), from: .outside)
         let action20 = engine.stop()
         #expect(action20 == .stopping(host, senders: [], finish: nil))
-        #expect(engine.lifecycle == .stopping(host, draining: true))
+        #expect(engine.phase == .stopping(host, draining: true))
         let action21 = engine.nextStep()
         #expect(action21 == .finished(finish(.drained, host: host)))
         #expect(engine.machine.state == 1 && engine.report.eventsQueued == 0)
@@ -325,7 +325,7 @@ import Testing
         #expect(action23 == .rejected(.stopping))
         let action24 = engine.receive(.add(1), from: .effect)
         #expect(action24 == .step(step(.add(1), origin: .effect)))
-        #expect(engine.lifecycle == .stopping(host, draining: true))
+        #expect(engine.phase == .stopping(host, draining: true))
     }
 
     @Test func aStoppingLoopFinishesWhenItsLastEffectEnds() {
@@ -377,7 +377,7 @@ import Testing
         _ = engine.stop()
         let action28 = engine.stop()
         #expect(action28 == .alreadyStopping(host))
-        #expect(engine.lifecycle == .stopping(host, draining: true))
+        #expect(engine.phase == .stopping(host, draining: true))
     }
 
     @Test func theDeadlineDropsWhatIsQueuedAndAbandonsWhatRuns() {
@@ -385,17 +385,17 @@ import Testing
         _ = engine.receive(.emit([.async("a"), .sync("s")]), from: .outside)
         _ = engine.receive(.add(1), from: .outside)
         _ = engine.stop()
-        let action29 = engine.expire(.deadlineExceeded)
+        let action29 = engine.abandon(.deadlineExceeded)
         #expect(action29 == finish(.deadlineExceeded, host: host, dropped: [.add(1)]))
         #expect(engine.report.effectsAbandoned == 1 && engine.report.eventsDropped == 1)
-        #expect(engine.lifecycle == .stopped(.deadlineExceeded))
+        #expect(engine.phase == .stopped(.deadlineExceeded))
     }
 
     @Test func anObservedLoopNamesEachAbandonedEffect() {
         var engine = running(observed: true)
         _ = engine.receive(.emit([.async("a")]), from: .outside)
         _ = engine.nextStep()
-        let action30 = engine.expire(.cancelled)
+        let action30 = engine.abandon(.cancelled)
         #expect(action30 == finish(.cancelled, host: host, abandoned: [(1, .async("a"))]))
     }
 
@@ -406,7 +406,7 @@ import Testing
         _ = engine.stop()
         let action31 = engine.receive(.add(1), from: .effect)
         #expect(action31 == .rejected(.stopped))
-        let action32 = engine.expire(.cancelled)
+        let action32 = engine.abandon(.cancelled)
         #expect(action32 == nil)
         let action33 = engine.stop()
         #expect(action33 == .none)
@@ -416,13 +416,13 @@ import Testing
 
     @Test func cancellingTheRunTaskStopsAtOnceFromAnyLivePhase() {
         var running = running()
-        let action35 = running.expire(.cancelled)
+        let action35 = running.abandon(.cancelled)
         #expect(action35 == finish(.cancelled, host: host))
         var stopping = self.running()
         _ = stopping.receive(.emit([.async("a")]), from: .outside)
         _ = stopping.nextStep()
         _ = stopping.stop()
-        let action36 = stopping.expire(.cancelled)
+        let action36 = stopping.abandon(.cancelled)
         #expect(action36 == finish(.cancelled, host: host))
         #expect(stopping.report.effectsAbandoned == 1)
     }
@@ -563,7 +563,7 @@ import Testing
         let action48 = engine.end(admitted(1, timed), .completed)
         #expect(action48 == nil)
         #expect(engine.effects.stragglers == [1])
-        let action49 = engine.expire(.deadlineExceeded)
+        let action49 = engine.abandon(.deadlineExceeded)
         #expect(action49 != nil && engine.report.timedOutStillRunning == 1)
     }
 
