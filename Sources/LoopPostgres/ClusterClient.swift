@@ -335,7 +335,7 @@ public final class ClusterClient<Event: Sendable>: Sendable {
             }
             switch outcome {
             case .success(let answered):
-                settle(answered)
+                resolve(answered)
             case .failure(let error):
                 let failed = state.withLock { state -> [ClientCaller] in
                     var failed: [ClientCaller] = []
@@ -411,21 +411,21 @@ public final class ClusterClient<Event: Sendable>: Sendable {
     }
 
     /// Hands each answer to the callers waiting for its address in its stream.
-    private func settle(_ answers: [ReplyRow]) {
+    private func resolve(_ answers: [ReplyRow]) {
         guard !answers.isEmpty else { return }
-        let settled = state.withLock { state -> [(ClientCaller, ReplyRow)] in
-            var settled: [(ClientCaller, ReplyRow)] = []
+        let resolved = state.withLock { state -> [(ClientCaller, ReplyRow)] in
+            var resolved: [(ClientCaller, ReplyRow)] = []
             for answer in answers {
                 guard let callers = state.callers[answer.reply] else { continue }
                 let (mine, others) = (
                     callers.filter { $0.stream == answer.stream }, callers.filter { $0.stream != answer.stream }
                 )
                 state.callers[answer.reply] = others.isEmpty ? nil : others
-                settled += mine.map { ($0, answer) }
+                resolved += mine.map { ($0, answer) }
             }
-            return settled
+            return resolved
         }
-        for (caller, answer) in settled {
+        for (caller, answer) in resolved {
             let outcome: Result<[UInt8], RequestError>
             if let payload = answer.payload {
                 outcome = .success(payload)
@@ -513,7 +513,7 @@ public final class ClusterClient<Event: Sendable>: Sendable {
         }
         switch outcome {
         case .success(let answers):
-            settle(answers)
+            resolve(answers)
         case .failure:
             // The connection broke: it is made anew at the next turn (and listens again); until the
             // database answers, callers wait for their deadlines.
@@ -600,7 +600,7 @@ final class ForwardedRequest: AnswerWaiter {
         self.done = done
     }
 
-    func settle(_ delivery: ReplyDelivery) -> Bool {
+    func resolve(_ delivery: ReplyDelivery) -> Bool {
         guard !ended.exchange(true, ordering: .acquiringAndReleasing) else { return false }
         done(self, .answered(recorded: delivery.recorded))
         return true

@@ -61,9 +61,9 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         /// out.
         public var outageLimit: Duration
         /// How long an entity whose state resumes nothing (settled: no work under way) stays in memory
-        /// after its last event: then it is released, and its mark of remembered work cleared, so a node
+        /// after its last event: then it is passivated, and its mark of remembered work cleared, so a node
         /// taking its shard does not recover it.
-        public var releaseSettledAfter: Duration
+        public var passivateSettledAfter: Duration
         /// How long the answer to a request across the cluster stays where its caller reads it (the
         /// `replies` table), counted from the request. A repeat of its key after that is answered by the
         /// entity from its key window, if the key is still in it.
@@ -78,7 +78,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             batch: Int = 2_000,
             snapshotEvery: UInt64? = 1_000,
             outageLimit: Duration = .seconds(60),
-            releaseSettledAfter: Duration = .seconds(30),
+            passivateSettledAfter: Duration = .seconds(30),
             answersKept: Duration = .seconds(3_600)
         ) {
             self.schema = schema
@@ -87,7 +87,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             self.batch = batch
             self.snapshotEvery = snapshotEvery
             self.outageLimit = outageLimit
-            self.releaseSettledAfter = releaseSettledAfter
+            self.passivateSettledAfter = passivateSettledAfter
             self.answersKept = answersKept
         }
     }
@@ -751,7 +751,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         let (schema, name, batch) = (configuration.schema, self.name, configuration.batch)
         let timeout = configuration.membershipTimeout.wholeMilliseconds
         let quietReleasing = releasable()
-        let settled = settle()
+        let settled = passivateSettled()
         // Every 10 s, the answers kept past their time are swept, up to 50,000 (by every node: a sweep is cheap).
         let sweepEvery = max(1, Int(Duration.seconds(10) / max(configuration.heartbeat, .milliseconds(1))))
         let sweep = ledger.withLock { ledger -> Bool in
@@ -1274,12 +1274,12 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         ledger.withLock { $0.dead += rows.count }
     }
 
-    /// Releases marked entities that are settled (their state resumes nothing) and have had no event for
-    /// ``ClusterNode/Configuration/releaseSettledAfter``, at most 1,000 a heartbeat; returns them, for
+    /// Passivates marked entities that are settled (their state resumes nothing) and have had no event for
+    /// ``ClusterNode/Configuration/passivateSettledAfter``, at most 1,000 a heartbeat; returns them, for
     /// their marks to be cleared. So a node keeps in memory, and a taker wakes, the entities with work
     /// under way, not every entity it ever served.
-    private func settle() -> [(String, Int)] {
-        let idle = configuration.releaseSettledAfter
+    private func passivateSettled() -> [(String, Int)] {
+        let idle = configuration.passivateSettledAfter
         let now = ContinuousClock.now
         let candidates = ledger.withLock { ledger -> [(String, Int)] in
             var candidates: [(String, Int)] = []

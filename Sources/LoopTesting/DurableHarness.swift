@@ -120,7 +120,7 @@ public final class DurableHarness<
 
     /// Returns once every live entity has dealt with what it was sent, and every effect has ended.
     public func settle() async {
-        await group.core.whenSettled()
+        await group.underlying.whenSettled()
     }
 
     /// Stops the group gracefully and starts a new one on the same store, as a new process would: the

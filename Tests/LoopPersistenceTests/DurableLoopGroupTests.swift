@@ -99,7 +99,7 @@ import Testing
                         // Every few rounds, wait until the entity is quiet and release it by hand too, while
                         // the other senders' sends release it by the cap.
                         if round % 10 == 0 {
-                            await eventually("\(id) quiet") { ledgers.core.state(of: id)?.isQuiet ?? true }
+                            await eventually("\(id) quiet") { ledgers.underlying.state(of: id)?.isQuiet ?? true }
                             ledgers.passivate(id)
                         }
                     }

@@ -291,7 +291,7 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
             store: store
         )
         let waiter = Task { try await loop.sendDurably(.add(1)) }
-        await eventually("the event queued") { loop.core.report.eventsSent >= 1 }
+        await eventually("the event queued") { loop.underlying.report.eventsSent >= 1 }
         loop.stop()
         await #expect(throws: DurableLoopError.ended) { try await waiter.value }
     }
@@ -336,9 +336,9 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
         )
         let running = Task { try await loop.run() }
         for amount in 1...3 { #expect(try await loop.sendDurably(.add(amount)) >= UInt64(amount)) }
-        await eventually("a failed snapshot reported") { loop.core.state.lastSnapshotFailure != nil }
-        #expect(loop.core.state.lastSnapshotFailure?.contains("cannot save the snapshot") == true)
-        #expect(loop.core.state.phase == .running)
+        await eventually("a failed snapshot reported") { loop.underlying.state.lastSnapshotFailure != nil }
+        #expect(loop.underlying.state.lastSnapshotFailure?.contains("cannot save the snapshot") == true)
+        #expect(loop.underlying.state.phase == .running)
         loop.stop()
         _ = try await running.value
     }

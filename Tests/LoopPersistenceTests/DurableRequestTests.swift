@@ -388,7 +388,7 @@ final class GatedStore: EventStore {
             return try await accounts.durableState(of: "a")
         }
         // Both wait for the append: the event is applied and will be recorded, but is not yet.
-        await eventually("the read is applied") { accounts.core.state(of: "a")?.reads.count == 1 }
+        await eventually("the read is applied") { accounts.underlying.state(of: "a")?.reads.count == 1 }
         #expect(!answered.withLock { $0 } && !read.withLock { $0 })
         store.release()
         #expect(try await request.value == .done(balance: 6))
@@ -411,7 +411,7 @@ final class GatedStore: EventStore {
         await eventually("the second reply is counted") { accounts.droppedReplies == 1 }
         // For a keyed request the second is not even released: the first is the recorded answer.
         #expect(try await accounts.request(to: "a", key: "twice") { .answerTwice(replyTo: $0) } == .done(balance: 1))
-        #expect(accounts.core.state(of: "a")?.duplicateReplies == 1)
+        #expect(accounts.underlying.state(of: "a")?.duplicateReplies == 1)
         #expect(accounts.droppedReplies == 1)
         accounts.stop()
         _ = try await running.value
@@ -490,7 +490,7 @@ final class GatedStore: EventStore {
         _ = try await accounts.request(to: "a") { .deposit(100, replyTo: $0) }
         store.hold()
         let first = Task { try await accounts.request(to: "a", key: "k") { .withdraw(50, replyTo: $0) } }
-        await eventually("the first is applied") { accounts.core.state(of: "a")?.version == 2 }
+        await eventually("the first is applied") { accounts.underlying.state(of: "a")?.version == 2 }
         await #expect(throws: RequestError.keyReused("k")) {
             try await accounts.request(to: "a", key: "k") { .withdraw(500, replyTo: $0) }
         }
@@ -508,7 +508,7 @@ final class GatedStore: EventStore {
         let first = Account.Group(program: Account.program, effects: silent, store: store)
         let running = Task { try await first.run() }
         let asked = Task { try await first.request(to: "a", key: "au") { .audit(replyTo: $0) } }
-        await eventually("the audit is recorded") { first.core.state(of: "a")?.recorded == 1 }
+        await eventually("the audit is recorded") { first.underlying.state(of: "a")?.recorded == 1 }
         first.stop()
         await #expect(throws: RequestError.loopStopped) { try await asked.value }
         _ = try await running.value
@@ -587,9 +587,9 @@ final class GatedStore: EventStore {
         await clock.sleepers(atLeast: 1)
         clock.advance(by: .seconds(2))
         await #expect(throws: RequestError.timedOut(after: .seconds(2))) { try await timed.value }
-        let before = accounts.core.state(of: "a")?.version ?? 0
+        let before = accounts.underlying.state(of: "a")?.version ?? 0
         let cancelled = Task { try await accounts.request(to: "a", key: "c") { .ignore(replyTo: $0) } }
-        await eventually("the request is applied") { accounts.core.state(of: "a")?.version == before + 1 }
+        await eventually("the request is applied") { accounts.underlying.state(of: "a")?.version == before + 1 }
         cancelled.cancel()
         await #expect(throws: RequestError.cancelled) { try await cancelled.value }
         let stopped = Task { try await accounts.request(to: "b") { .ignore(replyTo: $0) } }
@@ -630,7 +630,7 @@ final class GatedStore: EventStore {
         let answered = Task { try await accounts.request(to: "a", timeout: .seconds(1)) { .deposit(1, replyTo: $0) } }
         #expect(try await answered.value == .done(balance: 1))
         // Each request's deadline is set before its event is sent: once all four are applied, all are set.
-        await eventually("every request is applied") { accounts.core.state(of: "a")?.version == 4 }
+        await eventually("every request is applied") { accounts.underlying.state(of: "a")?.version == 4 }
         for expected in [[1], [1, 2], [1, 2, 3]] {
             await clock.sleepers(atLeast: 1)
             clock.advance(by: .seconds(1))
@@ -647,8 +647,8 @@ final class GatedStore: EventStore {
         let running = Task { try await accounts.run() }
         for index in 0..<100_000 { accounts.send(.note(index), to: "a", key: "key-\(index)") }
         #expect(try await accounts.durableState(of: "a").notes.count == 100_000)
-        #expect(accounts.core.state(of: "a")?.keys.count == 1_000)
-        #expect(accounts.core.state(of: "a")?.keys.all.first?.key == "key-99000")
+        #expect(accounts.underlying.state(of: "a")?.keys.count == 1_000)
+        #expect(accounts.underlying.state(of: "a")?.keys.all.first?.key == "key-99000")
         // Within the window a repeat is not applied; past it, it is a new event.
         accounts.send(.note(-1), to: "a", key: "key-99999")
         accounts.send(.note(-2), to: "a", key: "key-0")
@@ -735,8 +735,8 @@ final class GatedStore: EventStore {
         // Two recoveries, an acknowledgement, an answer from the record, a refusal, a read, and the appends.
         #expect(work.tasksRun == 2 + 1 + 1 + 1 + 1 + work.appends)
         // What the underlying group counted is both.
-        #expect(accounts.core.report.eventsProcessed == report.eventsProcessed + work.inputsProcessed)
-        #expect(accounts.core.report.effectsStarted == report.effectsStarted + work.tasksRun)
+        #expect(accounts.underlying.report.eventsProcessed == report.eventsProcessed + work.inputsProcessed)
+        #expect(accounts.underlying.report.effectsStarted == report.effectsStarted + work.tasksRun)
     }
 
     @Test func aDurableLoopsReportAndObserverSeeOnlyTheProgram() async throws {

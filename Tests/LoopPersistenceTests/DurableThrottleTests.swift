@@ -435,7 +435,7 @@ typealias PingState = DurableState<[String], Pings.Event, Pings.Effect>
         let first = loop(store, clock, pings)
         try await running(first) {
             _ = try await first.sendDurably(.ping("a"))
-            await eventually("a to be recorded") { first.state == ["a"] && first.core.state.isQuiet }
+            await eventually("a to be recorded") { first.state == ["a"] && first.underlying.state.isQuiet }
             _ = try await first.sendDurably(.ping("b"))
             clock.advance(by: .seconds(4))
         }
@@ -446,19 +446,19 @@ typealias PingState = DurableState<[String], Pings.Event, Pings.Effect>
             clock.advance(by: .seconds(5))
             // Recovered: a's interval waits, b waits for it; nothing started.
             _ = try await second.durableState()
-            #expect(second.core.state.timers.map(\.kind) == [.window, .held])
+            #expect(second.underlying.state.timers.map(\.kind) == [.window, .held])
             #expect(pings.started.withLock { $0 } == ["a"])
             clock.advance(by: .seconds(1))
-            await eventually("b to be recorded") { second.state == ["a", "b"] && second.core.state.isQuiet }
+            await eventually("b to be recorded") { second.state == ["a", "b"] && second.underlying.state.isQuiet }
         }
         let third = loop(store, clock, pings)
         try await running(third) {
             _ = try await third.durableState()
             // b's interval is still under way: it is kept, and starts nothing when it ends.
-            #expect(third.core.state.timers.map(\.kind) == [.window])
+            #expect(third.underlying.state.timers.map(\.kind) == [.window])
             await clock.sleepers(atLeast: 1)
             clock.advance(by: .seconds(10))
-            await eventually("the interval to end") { third.core.state.timers.isEmpty && third.core.state.isQuiet }
+            await eventually("the interval to end") { third.underlying.state.timers.isEmpty && third.underlying.state.isQuiet }
         }
         #expect(pings.started.withLock { $0 } == ["a", "b"])
     }
@@ -470,7 +470,7 @@ typealias PingState = DurableState<[String], Pings.Event, Pings.Effect>
         let first = loop(store, clock, pings)
         try await running(first) {
             _ = try await first.sendDurably(.ping("a"))
-            await eventually("a to be recorded") { first.state == ["a"] && first.core.state.isQuiet }
+            await eventually("a to be recorded") { first.state == ["a"] && first.underlying.state.isQuiet }
         }
         clock.advance(by: .seconds(3))
         let second = loop(store, clock, pings)
@@ -479,7 +479,7 @@ typealias PingState = DurableState<[String], Pings.Event, Pings.Effect>
             _ = try await second.sendDurably(.ping("c"))
             _ = try await second.sendDurably(.pingOnce("x"))
             // x's key has no interval under way: it starts at once; c waits.
-            await eventually("x to be recorded") { second.state == ["a", "x"] && second.core.state.isQuiet }
+            await eventually("x to be recorded") { second.state == ["a", "x"] && second.underlying.state.isQuiet }
             #expect(pings.started.withLock { $0 } == ["a", "x"])
             clock.advance(by: .seconds(7))
             await eventually("c to be recorded") { second.state == ["a", "x", "c"] }
@@ -494,7 +494,7 @@ typealias PingState = DurableState<[String], Pings.Event, Pings.Effect>
         let first = loop(store, clock, pings, snapshotEvery: 1)
         try await running(first) {
             _ = try await first.sendDurably(.ping("a"))
-            await eventually("a to be recorded") { first.state == ["a"] && first.core.state.isQuiet }
+            await eventually("a to be recorded") { first.state == ["a"] && first.underlying.state.isQuiet }
             _ = try await first.sendDurably(.ping("b"))
             // Snapshots wait for an idle thread, and a newer one replaces one still waiting: wait for
             // the one at b's version (3: a, a notified, b), which carries a's interval and b held.
@@ -508,7 +508,7 @@ typealias PingState = DurableState<[String], Pings.Event, Pings.Effect>
         clock.advance(by: .seconds(3_600))
         let second = loop(store, clock, pings)
         try await running(second) {
-            await eventually("b to be recorded") { second.state == ["a", "b"] && second.core.state.isQuiet }
+            await eventually("b to be recorded") { second.state == ["a", "b"] && second.underlying.state.isQuiet }
         }
         #expect(pings.started.withLock { $0 } == ["a", "b"])
     }

@@ -315,12 +315,12 @@ func runDurably<State: Sendable, Event: Sendable, Effect: Sendable>(
             clock.advance(by: .seconds(5))
             #expect(second.state.isEmpty)
             clock.advance(by: .seconds(1))
-            await eventually("the reminder to be recorded") { second.state == ["tea"] && second.core.state.isQuiet }
+            await eventually("the reminder to be recorded") { second.state == ["tea"] && second.underlying.state.isQuiet }
         }
         let third = loop(store, clock, reminders)
         try await running(third) {
             _ = try await third.durableState()
-            #expect(third.core.state.timers.isEmpty)
+            #expect(third.underlying.state.timers.isEmpty)
         }
         #expect(third.state == ["tea"])
         #expect(reminders.started.withLock { $0 } == ["tea"])
@@ -334,7 +334,7 @@ func runDurably<State: Sendable, Event: Sendable, Effect: Sendable>(
         clock.advance(by: .seconds(3_600))
         let second = loop(store, clock, reminders)
         try await running(second) {
-            await eventually("the reminder to be recorded") { second.state == ["tea"] && second.core.state.isQuiet }
+            await eventually("the reminder to be recorded") { second.state == ["tea"] && second.underlying.state.isQuiet }
         }
         #expect(reminders.started.withLock { $0 } == ["tea"])
     }
@@ -351,7 +351,7 @@ func runDurably<State: Sendable, Event: Sendable, Effect: Sendable>(
         let second = loop(store, clock, reminders)
         try await running(second) {
             _ = try await second.durableState()
-            #expect(second.core.state.timers.isEmpty)
+            #expect(second.underlying.state.timers.isEmpty)
         }
         #expect(reminders.started.withLock { $0 }.isEmpty)
         #expect(second.state.isEmpty)
@@ -370,7 +370,7 @@ func runDurably<State: Sendable, Event: Sendable, Effect: Sendable>(
         clock.advance(by: .seconds(10))
         let second = loop(store, clock, reminders)
         try await running(second) {
-            await eventually("the reminder to be recorded") { second.state == ["tea"] && second.core.state.isQuiet }
+            await eventually("the reminder to be recorded") { second.state == ["tea"] && second.underlying.state.isQuiet }
         }
         #expect(reminders.started.withLock { $0 } == ["tea"])
     }

@@ -184,7 +184,7 @@ typealias ChoresState = DurableState<Int, Chores.Event, Chores.Effect>
         let second = group()
         try await running(second) {
             await eventually("the reminder to be recorded") {
-                second.state(of: "kitchen") == ["tea"] && second.core.state(of: "kitchen")?.isQuiet == true
+                second.state(of: "kitchen") == ["tea"] && second.underlying.state(of: "kitchen")?.isQuiet == true
             }
         }
         #expect(reminders.started.withLock { $0 } == ["tea"])

@@ -70,7 +70,7 @@ enum Chores {
             configuration: .init(
                 heartbeat: .milliseconds(100),
                 membershipTimeout: .seconds(1),
-                releaseSettledAfter: .milliseconds(300)
+                passivateSettledAfter: .milliseconds(300)
             )
         )
     }

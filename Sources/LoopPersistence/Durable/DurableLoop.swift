@@ -34,14 +34,14 @@ public import Synchronization
 ///   ``DurableLoopError/storeFailed(_:)`` naming the stream and version.
 public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
     /// The loop that runs the durable program.
-    public typealias Core = Loop<
+    public typealias Underlying = Loop<
         DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>
     >
 
     /// The underlying loop, running the durable program: its report counts the store's work with the
     /// program's (see ``report``). Send through ``send(_:key:)`` and
     /// ``sendDurably(_:key:)``.
-    public let core: Core
+    public let underlying: Underlying
     @usableFromInline let stream: String
     @usableFromInline let storage: DurableStorage<State, Event, Effect>
     @usableFromInline let callers: Callers<State>
@@ -97,7 +97,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
         ) { _ in program }
         self.storage = storage
         self.callers = callers
-        core = Loop(
+        underlying = Loop(
             program: Program(
                 first: First(
                     state: DurableState(stream: stream, initial: program.initial, keysKept: keysKept),
@@ -142,7 +142,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     func deliver(_ input: DurableInput<State, Event>) -> Delivery {
         if failures.any.load(ordering: .acquiring) { return .rejected(.failed) }
         // On the sender's task: what the scope captures here reaches the scope around the event's effects.
-        let delivery = core.send(input.carrying(capturedBy: scope))
+        let delivery = underlying.send(input.carrying(capturedBy: scope))
         if case .read = input { tally.sent(delivery) }
         return delivery
     }
@@ -225,17 +225,17 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     /// The program's state, after every event processed so far: live, and possibly ahead of the store
     /// (see ``durableState()`` for the state as recorded).
     public var state: State {
-        core.state.state
+        underlying.state.state
     }
 
     /// The version of the last durable event.
     public var version: UInt64 {
-        core.state.recorded
+        underlying.state.recorded
     }
 
     /// Replies that reached nobody: their caller had given up or had its answer already, or the
     /// request came before a restart. Replies to callers of events that were never recorded (the store
-    /// failed) are counted in the core's state (``DurableState/droppedReplies``).
+    /// failed) are counted in the underlying loop's state (``DurableState/droppedReplies``).
     public var droppedReplies: Int {
         callers.requests.dropped.load(ordering: .relaxed)
     }
@@ -243,7 +243,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     /// What the program has done so far (once stopped, how the loop stopped): its own events and effects.
     /// The store's work is in ``storeWork``.
     public var report: LoopReport {
-        tally.program(core.report)
+        tally.program(underlying.report)
     }
 
     /// What the loop did for its store so far: recoveries, appends, snapshots, repeated calls.
@@ -260,27 +260,27 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     public func run() async throws -> LoopReport {
         let report: LoopReport
         do {
-            report = try await core.run()
+            report = try await underlying.run()
         } catch {
             callers.end()
             throw error
         }
         callers.end()
-        if case .failed(let reason) = core.state.phase { throw DurableLoopError.storeFailed(reason) }
+        if case .failed(let reason) = underlying.state.phase { throw DurableLoopError.storeFailed(reason) }
         return tally.program(report)
     }
 
     /// Stops the loop gracefully (see ``/LoopRuntime/Loop/stop(gracePeriod:)``): appends under way finish,
     /// and effects of recorded events get the grace period.
     public func stop(gracePeriod: Duration = .seconds(30)) {
-        core.stop(gracePeriod: gracePeriod)
+        underlying.stop(gracePeriod: gracePeriod)
         // Stopped before it ran: its queued events are dropped, so nobody may wait for them.
-        if !core.isRunning { callers.end() }
+        if !underlying.isRunning { callers.end() }
     }
 
     /// Waits until ``run()`` has started; see ``/LoopRuntime/Loop/waitUntilRunning()``.
     public func waitUntilRunning() async -> Bool {
-        await core.waitUntilRunning()
+        await underlying.waitUntilRunning()
     }
 }
 

@@ -51,13 +51,13 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     >
 
     /// The group that runs the entities' durable programs.
-    public typealias Core = LoopGroup<
+    public typealias Underlying = LoopGroup<
         ID, DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>
     >
 
     /// The underlying group, running the durable programs: its report counts the store's work with the
     /// programs' (see ``report``). Send through ``send(_:to:key:)`` and ``sendDurably(_:to:key:)``.
-    public let core: Core
+    public let underlying: Underlying
     @usableFromInline let callers: Callers<State>
     @usableFromInline let storage: DurableStorage<State, Event, Effect>
     @usableFromInline let streamOf: @Sendable (ID) -> String
@@ -176,7 +176,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         self.clock = clock
         self.residents = Locked(Residents<ID>())
         self.passivated = Count()
-        core = LoopGroup(
+        underlying = LoopGroup(
             program: { id in
                 let name = stream(id)
                 let (program, update): (DurableProgram<State, Event, Effect>, DurableUpdate)
@@ -385,15 +385,15 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
             }
         // On the sender's task: what the scope captures here reaches the scope around the event's effects.
         let input = input.carrying(capturedBy: scope)
-        var delivery = core.send(input, to: id)
+        var delivery = underlying.send(input, to: id)
         if case .read = input { tally.sent(delivery) }
         // A loop passivated after this sender found it refuses; looking again starts a new one.
         var attempts = 0
         while case .rejected(let rejection) = delivery, rejection == .stopping || rejection == .stopped,
-            core.isRunning, attempts < 3
+            underlying.isRunning, attempts < 3
         {
             attempts += 1
-            delivery = core.send(input, to: id)
+            delivery = underlying.send(input, to: id)
             if case .read = input { tally.sent(delivery) }
         }
         if overflowing { passivateOldest() }
@@ -405,7 +405,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     /// It may be ahead of the store (events applied but not yet recorded) and, while the entity
     /// recovers, is the program's initial state: read ``durableState(of:)`` for the state as recorded.
     public func state(of id: ID) -> State? {
-        core.state(of: id)?.state
+        underlying.state(of: id)?.state
     }
 
     /// Replies that reached nobody: their caller had given up or had its answer already, or the request
@@ -417,7 +417,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
 
     /// How many entities are live.
     public var count: Int {
-        core.count
+        underlying.count
     }
 
     /// Starts the entity `id` (recovering it from its stream) without sending it an event: to warm a
@@ -456,7 +456,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     /// What the programs have done so far (once stopped, how the group stopped): their own events and
     /// effects, summed over every entity, passivated ones included. The store's work is in ``storeWork``.
     public var report: LoopReport {
-        tally.program(core.report)
+        tally.program(underlying.report)
     }
 
     /// What the group did for its store so far: recoveries, appends, snapshots, repeated calls.
@@ -495,7 +495,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         }
         defer { sweeper?.cancel() }
         do {
-            let report = try await core.run()
+            let report = try await underlying.run()
             callers.end()
             // The last marks and clears are written before the run returns.
             await storage.ledger?.flush()
@@ -509,20 +509,20 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
 
     /// Stops the group gracefully (see ``/LoopRuntime/LoopGroup/stop(gracePeriod:)``).
     public func stop(gracePeriod: Duration = .seconds(30)) {
-        core.stop(gracePeriod: gracePeriod)
+        underlying.stop(gracePeriod: gracePeriod)
         // Stopped before it ran: its queued events are dropped, so nobody may wait for them.
-        if !core.isRunning { callers.end() }
+        if !underlying.isRunning { callers.end() }
     }
 
     /// Waits until ``run()`` has started.
     public func waitUntilRunning() async -> Bool {
-        await core.waitUntilRunning()
+        await underlying.waitUntilRunning()
     }
 
     /// Releases `id` if it is quiet; returns whether it did.
     @discardableResult
     public func passivate(_ id: ID) -> Bool {
-        guard core.passivate(id, when: \.isQuiet) else { return false }
+        guard underlying.passivate(id, when: \.isQuiet) else { return false }
         residents.withLock { $0.forget(id) }
         passivated.count()
         return true
@@ -549,7 +549,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     /// A busy entity goes to the back of the line; one that is no longer live (it failed, or stopped
     /// itself) leaves it.
     private func keepOrForget(_ id: ID) {
-        let live = core.state(of: id) != nil
+        let live = underlying.state(of: id) != nil
         residents.withLock { residents in
             if live { residents.requeue(id) } else { residents.forget(id) }
         }

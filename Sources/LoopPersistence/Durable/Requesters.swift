@@ -90,7 +90,7 @@ package final class Requesters: Sendable {
     package func deliver(_ delivery: ReplyDelivery, in stream: String) {
         let waiters = take(delivery.reply) { $0.stream == stream }
         var answered = false
-        for waiting in waiters where waiting.waiter.settle(delivery) { answered = true }
+        for waiting in waiters where waiting.waiter.resolve(delivery) { answered = true }
         if !answered { dropped.add(1, ordering: .relaxed) }
     }
 
@@ -165,7 +165,7 @@ package final class Requesters: Sendable {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<Value, RequestError>, Never>) in
                 waiter.waiter.install(continuation)
                 // Cancelled (or timed out) before it was sent: the caller has its error, so send nothing.
-                guard !waiter.waiter.isSettled else { return }
+                guard !waiter.waiter.isResolved else { return }
                 if case .rejected(let rejection) = deliver(call) { waiter.waiter.fail(refusal(rejection)) }
             }
         } onCancel: {
@@ -215,7 +215,7 @@ public enum KeyLimits {
 @usableFromInline
 package protocol AnswerWaiter: AnyObject, Sendable {
     /// Hands over `delivery`; `false` if the caller has its outcome already.
-    func settle(_ delivery: ReplyDelivery) -> Bool
+    func resolve(_ delivery: ReplyDelivery) -> Bool
     /// Ends the wait with `error`.
     func fail(_ error: RequestError)
 }
@@ -229,18 +229,18 @@ final class TypedAnswerWaiter<Value: Sendable>: AnswerWaiter {
     init() {}
 
     @usableFromInline
-    func settle(_ delivery: ReplyDelivery) -> Bool {
+    func resolve(_ delivery: ReplyDelivery) -> Bool {
         switch delivery.value {
         case .success(let value as Value):
-            return waiter.settle(.success(value))
+            return waiter.resolve(.success(value))
         case .success(let value):
-            return waiter.settle(
+            return waiter.resolve(
                 .failure(
                     .invalid("the program replies with \(type(of: value)), not the \(Value.self) this request expects")
                 )
             )
         case .failure(let error):
-            return waiter.settle(.failure(.storeFailed("the recorded answer does not decode: \(error)")))
+            return waiter.resolve(.failure(.storeFailed("the recorded answer does not decode: \(error)")))
         }
     }
 

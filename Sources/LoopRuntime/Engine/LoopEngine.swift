@@ -446,7 +446,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         pendingMapped -= 1
         let reception = receive(event, from: .effect)
         if case .step = reception { return (reception, nil) }
-        return (reception, finishIfQuiet())
+        return (reception, finishIfDrained())
     }
 
     /// How many events that leave nothing to do outside the lock are processed in one hold of it, so a
@@ -475,7 +475,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             if processed == Self.batchLimit { return .again }
         }
         setDraining(false)
-        if let finish = finishIfQuiet() { return .finished(finish) }
+        if let finish = finishIfDrained() { return .finished(finish) }
         if !idleWaiters.isEmpty { return .idleWaking(takeIdleWaiters()) }
         return .idle
     }
@@ -654,7 +654,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     mutating func register(_ request: any PendingRequest) -> Bool {
         if case .stopped = phase { return false }
         if requests.count == requests.capacity && requests.count >= 16 {
-            requests.removeAll { $0.isSettled }
+            requests.removeAll { $0.isResolved }
             if requests.count > requests.capacity / 2 { requests.reserveCapacity(requests.capacity * 2) }
         }
         requests.append(request)
@@ -671,12 +671,12 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     mutating func stop(makeHost: () -> Host? = { nil }) -> Stop {
         switch phase {
         case .created:
-            return .finished(close(.neverStarted))
+            return .finished(finish(.neverStarted))
         case .running(let host, let draining):
             phase = .stopping(host, draining: draining)
             let senders = takeWaitingSenders()
             let (cancelling, cancelled) = effects.cancelWaiting(report: &report)
-            let finish = finishIfQuiet()
+            let finish = finishIfDrained()
             var stopping = host
             if finish == nil, host == nil, let made = makeHost() {
                 stopping = made
@@ -698,7 +698,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     /// Stops a running loop that has nothing under way (nothing queued or being processed, no effect
     /// let in) and whose state `quiet` accepts; `nil`, changing nothing, otherwise. In the same lock hold
-    /// as the check, so no event slips in between: how a group passivates an idle member.
+    /// as the check, so no event slips in between: how a group passivates a quiet member.
     @inlinable
     mutating func stopIfQuiet(_ quiet: (State) -> Bool) -> Stop? {
         guard case .running(_, draining: false) = phase, inbox.isEmpty, effects.isEmpty, effects.windows.isEmpty,
@@ -714,20 +714,20 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     mutating func abandon(_ ending: LoopReport.Ending) -> Finish<State, Event, Effect>? {
         if case .stopped = phase { return nil }
-        return close(ending)
+        return finish(ending)
     }
 
     /// The loop's graceful shutdown, if nothing is left to do.
     @inlinable
-    mutating func finishIfQuiet() -> Finish<State, Event, Effect>? {
+    mutating func finishIfDrained() -> Finish<State, Event, Effect>? {
         guard case .stopping(_, draining: false) = phase, inbox.isEmpty, effects.isEmpty, pendingMapped == 0
         else { return nil }
-        return close(.drained)
+        return finish(.drained)
     }
 
     /// Moves to `.stopped(ending)` and collects everything to release.
     @inlinable
-    mutating func close(_ ending: LoopReport.Ending) -> Finish<State, Event, Effect> {
+    mutating func finish(_ ending: LoopReport.Ending) -> Finish<State, Event, Effect> {
         var finish = Finish<State, Event, Effect>(ending: ending, host: host)
         phase = .stopped(ending)
         report.ending = ending
@@ -781,7 +781,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     mutating func end(_ admitted: Admitted<Effect, Event>, _ result: EffectOutcome) -> EffectEnd? {
         guard !isStopped, let ended = effects.end(admitted, result, report: &report) else { return nil }
-        return settle(ended)
+        return action(after: ended)
     }
 
     /// Effect `id` ran past `timeout`: it ends now, reported timed out (cancelled, if the loop had asked
@@ -796,7 +796,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         guard !isStopped else { return nil }
         let timing = effects.timeOut(id, after: timeout, handlerRunning: handlerRunning, report: &report)
         guard let (ended, cancel) = timing else { return nil }
-        return (settle(ended), cancel)
+        return (action(after: ended), cancel)
     }
 
     /// The handler of effect `id`, reported timed out while it ran on, has returned: it no longer runs
@@ -806,10 +806,10 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         effects.stragglers.remove(id)
     }
 
+    /// What the driver does after effect `ended` ended: its error event, the effect queued behind it,
+    /// and the end of the loop's stop if it was the last thing the stop waited for.
     @inlinable
-    mutating func settle(
-        _ ended: EffectTable<Effect, Event>.Ended,
-    ) -> EffectEnd {
+    mutating func action(after ended: EffectTable<Effect, Event>.Ended) -> EffectEnd {
         var mapped: Event?
         switch ended.outcome {
         case .failed(let error): mapped = router.event(for: error, of: ended.effect)
@@ -831,7 +831,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             outcome: ended.outcome,
             mapped: mapped,
             next: next,
-            finish: mapped == nil ? finishIfQuiet() : nil
+            finish: mapped == nil ? finishIfDrained() : nil
         )
     }
 }

@@ -49,7 +49,7 @@ extension Loop {
     @usableFromInline
     func hold(_ request: any PendingRequest) {
         // Answered already (processed inline, on this thread): nothing to hold.
-        guard !request.isSettled else { return }
+        guard !request.isResolved else { return }
         if !engine.withLock({ $0.register(request) }) { request.fail(.loopStopped) }
     }
 }

@@ -9,7 +9,7 @@ let requestIdentifiers = Atomic<UInt64>(0)
 @usableFromInline
 package protocol PendingRequest: AnyObject, Sendable {
     /// Whether it has its outcome (a reply or an error).
-    var isSettled: Bool { get }
+    var isResolved: Bool { get }
     /// Fails it with `error`, unless it already has its outcome.
     func fail(_ error: RequestError)
 }
@@ -24,14 +24,14 @@ package final class RequestWaiter<Value: Sendable>: PendingRequest {
         /// No continuation yet (the outcome may already be known).
         case pending(Result<Value, RequestError>?)
         case waiting(CheckedContinuation<Result<Value, RequestError>, Never>)
-        case settled
+        case resolved
     }
 
     @usableFromInline
     let phase = Locked(Phase.pending(nil))
     /// Set once the outcome is decided, so a loop sweeping the requests it holds reads it without the lock.
     @usableFromInline
-    let settled = Atomic<Bool>(false)
+    let resolved = Atomic<Bool>(false)
 
     @inlinable
     package init() {}
@@ -45,7 +45,7 @@ package final class RequestWaiter<Value: Sendable>: PendingRequest {
                 phase = .waiting(continuation)
                 return nil
             }
-            phase = .settled
+            phase = .resolved
             return result
         }
         if let known { continuation.resume(returning: known) }
@@ -54,19 +54,19 @@ package final class RequestWaiter<Value: Sendable>: PendingRequest {
     /// Decides the outcome; `false` if it had already been decided.
     @inlinable
     @discardableResult
-    package func settle(_ result: Result<Value, RequestError>) -> Bool {
+    package func resolve(_ result: Result<Value, RequestError>) -> Bool {
         let (decided, waiter) = phase.withLock {
             phase -> (Bool, CheckedContinuation<Result<Value, RequestError>, Never>?) in
             switch phase {
             case .pending(nil):
                 phase = .pending(result)
-                settled.store(true, ordering: .releasing)
+                resolved.store(true, ordering: .releasing)
                 return (true, nil)
             case .waiting(let continuation):
-                phase = .settled
-                settled.store(true, ordering: .releasing)
+                phase = .resolved
+                resolved.store(true, ordering: .releasing)
                 return (true, continuation)
-            case .pending, .settled:
+            case .pending, .resolved:
                 return (false, nil)
             }
         }
@@ -75,13 +75,13 @@ package final class RequestWaiter<Value: Sendable>: PendingRequest {
     }
 
     @inlinable
-    package var isSettled: Bool {
-        settled.load(ordering: .acquiring)
+    package var isResolved: Bool {
+        resolved.load(ordering: .acquiring)
     }
 
     @inlinable
     package func fail(_ error: RequestError) {
-        settle(.failure(error))
+        resolve(.failure(error))
     }
 }
 
@@ -104,7 +104,7 @@ final class RequestTicket<Value: Sendable>: ReplyChannel {
 
     @usableFromInline
     func answer(_ value: Value) -> Bool {
-        waiter.settle(.success(value))
+        waiter.resolve(.success(value))
     }
 }
 
@@ -133,7 +133,7 @@ enum Requests {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<Value, RequestError>, Never>) in
                 waiter.install(continuation)
                 // Cancelled (or timed out) before it was sent: the caller has its error, so send nothing.
-                guard !waiter.isSettled else { return }
+                guard !waiter.isResolved else { return }
                 let id = requestIdentifiers.add(1, ordering: .relaxed).newValue
                 let event = make(ReplyTo(id: id, channel: RequestTicket(waiter)))
                 // The event (and the ticket in it) lives until the rejection is recorded, so a rejected

@@ -166,7 +166,7 @@ enum Checkout {
             store: InMemoryEventStore()
         )
         let running = Task { try await payments.run() }
-        while !payments.core.isRunning { await Task.yield() }
+        while !payments.underlying.isRunning { await Task.yield() }
         // Each request is recorded with others in one append; its effects run once it is recorded,
         // still under its own request.
         for amount in [10, 20] {
