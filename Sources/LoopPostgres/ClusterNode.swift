@@ -37,7 +37,7 @@ public import LoopRuntime
 ///   the database restarts, its lease expired while it was paused, an append is fenced because another
 ///   node took the shard) lets its shards go and stops its entities; the rows they had not committed
 ///   stay in the inbox for the shards' next owner. The node connects again with backoff and joins as a
-///   new session (see ``run(report:)``). It stops on its own only after ``Configuration/outageLimit``
+///   new session (see ``run(onFailure:)``). It stops on its own only after ``Configuration/outageLimit``
 ///   without the database, or when another process joined under its name; an entity stopped by data it
 ///   cannot read is reported, tried again with backoff, and the rest go on.
 public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
@@ -56,7 +56,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         public var batch: Int
         /// Save an entity's snapshot after this many of its events (`nil`: never).
         public var snapshotEvery: UInt64?
-        /// How long a node that lost the database keeps trying to reach it again before ``run(report:)`` gives
+        /// How long a node that lost the database keeps trying to reach it again before ``run(onFailure:)`` gives
         /// up and throws: a restart of the database, or a network failure shorter than this, is ridden
         /// out.
         public var outageLimit: Duration
@@ -120,7 +120,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         var recoveries = 0
     }
 
-    /// Connects, installs or upgrades the schema, and prepares the node's durable loops; ``run(report:)`` joins
+    /// Connects, installs or upgrades the schema, and prepares the node's durable loops; ``run(onFailure:)`` joins
     /// the cluster.
     ///
     /// - Parameters:
@@ -154,7 +154,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
             replies: program.replies,
             timers: program.timers
         )
-        self.router = router.mapEvents { Inboxed(inbox: nil, event: $0) }
+        self.router = router.mapEvents { Inboxed(inboxRow: nil, event: $0) }
         let client = try await ClusterClient(
             connecting: conninfo,
             events: events,
@@ -184,7 +184,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     /// ``ClusterClient`` does: the event `make` builds around a reply address goes through the inbox, and
     /// the answer comes back once the event that decided it is recorded. The answer is decoded as the
     /// program records it (``/LoopPersistence/DurableProgram/replying(_:)``). Keys, errors and timeouts
-    /// as ``ClusterClient/request(to:key:timeout:answers:_:)``. Once ``run(report:)`` has returned, the
+    /// as ``ClusterClient/request(to:key:timeout:answers:_:)``. Once ``run(onFailure:)`` has returned, the
     /// node's requests are refused (``/LoopRuntime/RequestError/rejected(_:)``).
     ///
     /// ```swift
@@ -275,15 +275,15 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     /// membership timeout, and joins again. It gives up only after ``Configuration/outageLimit`` without
     /// reaching the database, or when another process has joined under its name.
     ///
-    /// - Parameter report: called with each failure the node rides out: a lost session (before it joins
+    /// - Parameter onFailure: called with each failure the node rides out: a lost session (before it joins
     ///   again), or an entity stopped by data it cannot read (``ClusterError/entityFailed(stream:reason:)``;
     ///   that entity is tried again with backoff, the others go on).
     /// - Throws: ``ClusterError`` when the node gave up.
     @discardableResult
-    public func run(report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
+    public func run(onFailure report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
         // The node's own requests end with it: its client's connections are closed when it stops.
         do {
-            let total = try await running(report: report)
+            let total = try await running(onFailure: report)
             await client.close()
             return total
         } catch {
@@ -292,9 +292,9 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         }
     }
 
-    private func running(report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
+    private func running(onFailure report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
         try await withTaskCancellationHandler {
-            try await supervise(report: report)
+            try await supervise(onFailure: report)
         } onCancel: {
             let current = supervision.withLock { supervision in
                 supervision.stopping = true
@@ -305,14 +305,14 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     }
 
     /// Joins the cluster and processes its shards' inboxes until stopped or cancelled, reporting nothing
-    /// of the failures it rides out; see ``run(report:)``. Returns what the node's entities did, added up
+    /// of the failures it rides out; see ``run(onFailure:)``. Returns what the node's entities did, added up
     /// over its sessions with the database; its ``/LoopRuntime/LoopReport/ending`` is the last session's.
     @discardableResult
     public func run() async throws -> LoopReport {
-        try await run(report: { _ in })
+        try await run(onFailure: { _ in })
     }
 
-    private func supervise(report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
+    private func supervise(onFailure report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
         var session = supervision.withLock { $0.current }
         // The wait before joining again: the heartbeat, doubled (up to the membership timeout) for each
         // session that failed within the timeout of its start, so a failure that repeats (an append the
@@ -320,7 +320,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         var backoff = configuration.heartbeat
         while true {
             let started = ContinuousClock.now
-            let (failure, entities) = await session.run(report: report)
+            let (failure, entities) = await session.run(onFailure: report)
             let (counted, recovered) = (session.counts, session.recoveries)
             let (stopping, total) = supervision.withLock { supervision in
                 supervision.ended = true
@@ -389,12 +389,12 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         }
     }
 
-    /// Asks the node to leave the cluster gracefully; ``run(report:)`` returns once it has.
+    /// Asks the node to leave the cluster gracefully; ``run(onFailure:)`` returns once it has.
     ///
     /// The node stops taking inbox rows after the read under way, lets its entities finish the events in
     /// flight and their effects until `gracePeriod` is over (the rows they did not commit stay in the
     /// inbox for the node that takes the shard), and releases its shards. Called again, it can only bring
-    /// the deadline forward. A cancellation of the task running ``run(report:)`` stops it the same way,
+    /// the deadline forward. A cancellation of the task running ``run(onFailure:)`` stops it the same way,
     /// at once, without a grace period.
     public func stop(gracePeriod: Duration = .seconds(30)) {
         let (current, grace) = supervision.withLock { supervision in
@@ -409,7 +409,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
 
 /// One session of a cluster node with the database: the connection holding its shard locks (the
 /// session), its store connection, its lease keeper and its entities. A failure ends the session; the
-/// node starts a new one (see ``ClusterNode/run(report:)``).
+/// node starts a new one (see ``ClusterNode/run(onFailure:)``).
 final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
     let name: String
     private let configuration: ClusterNode<State, Event, Effect>.Configuration
@@ -487,7 +487,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             connecting: conninfo,
             schema: schema,
             // The row id is in the event's bytes, after what a durable loop keeps beside them.
-            inboxOf: { payload in (try? storedEvent(payload))?.flatMap { InboxedCodec<Event>.inbox(of: $0) } },
+            inboxRowOf: { payload in (try? storedEvent(payload))?.flatMap { InboxedCodec<Event>.inboxRow(of: $0) } },
             // Answers to requests from the inbox, written where their callers read them.
             answersOf: { payload in (try? storedAnswers(payload)) ?? [] },
             applicationName: Self.writerName(name)
@@ -586,7 +586,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// stops taking rows, lets the events in flight commit, releases its shards) or until a failure ends
     /// the session, which it returns. Entities stopped by data they cannot read are passed to `report`
     /// and the session goes on.
-    func run(report: @Sendable (ClusterError) -> Void) async -> (ClusterError?, LoopReport) {
+    func run(onFailure report: @Sendable (ClusterError) -> Void) async -> (ClusterError?, LoopReport) {
         let running = Task { try await group.run() }
         if ledger.withLock({ ledger in
             ledger.running = running
@@ -719,7 +719,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     }
 
     /// Asks the session to leave the cluster, giving its entities until `gracePeriod` to finish;
-    /// ``run(report:)`` returns once it has.
+    /// ``run(onFailure:)`` returns once it has.
     func stop(gracePeriod: Duration) {
         let (grace, forward) = ledger.withLock { ledger in
             ledger.stopping = true
@@ -1162,13 +1162,13 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         }
         for (row, event) in fresh {
             guard let request = row.request else {
-                group.send(Inboxed(inbox: row.id, event: event), to: row.stream)
+                group.send(Inboxed(inboxRow: row.id, event: event), to: row.stream)
                 continue
             }
             // A request: its answer, once recorded, is written where its caller reads it (by the append
             // that records it, or below, for a repeat answered from the record).
             let call = DurableCall(
-                event: Inboxed(inbox: row.id, event: event),
+                event: Inboxed(inboxRow: row.id, event: event),
                 key: request.key,
                 fingerprint: request.digest,
                 reply: request.reply
@@ -1412,19 +1412,19 @@ extension ClusterNode: Runnable {}
 
 extension ClusterNode {
     /// The node as a ``/LoopRuntime/Runnable`` whose ``/LoopRuntime/Runnable/run()`` tells `report` of
-    /// each failure the node rides out (``run(report:)``): what a service framework's generic wrapper
+    /// each failure the node rides out (``run(onFailure:)``): what a service framework's generic wrapper
     /// runs, so that a lost session or an entity stopped by data it cannot read reaches the service's
     /// log. The node's own ``run()`` reports nothing.
     ///
     /// ```swift
-    /// let service = RunnableService(node.reporting { logger.warning("\($0)") })
+    /// let service = RunnableService(node.runnable { logger.warning("\($0)") })
     /// ```
-    public func reporting(_ report: @escaping @Sendable (ClusterError) -> Void) -> some Runnable {
+    public func runnable(onFailure report: @escaping @Sendable (ClusterError) -> Void) -> some Runnable {
         ReportingClusterNode(node: self, report: report)
     }
 }
 
-/// ``ClusterNode/reporting(_:)``'s node.
+/// ``ClusterNode/runnable(onFailure:)``'s node.
 private final class ReportingClusterNode<State: Sendable, Event: Sendable, Effect: Sendable>: Runnable {
     let node: ClusterNode<State, Event, Effect>
     let report: @Sendable (ClusterError) -> Void
@@ -1436,7 +1436,7 @@ private final class ReportingClusterNode<State: Sendable, Event: Sendable, Effec
 
     @discardableResult
     func run() async throws -> LoopReport {
-        try await node.run(report: report)
+        try await node.run(onFailure: report)
     }
 
     func stop(gracePeriod: Duration) {

@@ -4,13 +4,13 @@ public import LoopPersistence
 /// sent). What a node's durable loops store: the row's id goes with the event into the events table.
 public struct Inboxed<Event: Sendable>: Sendable {
     /// The inbox row, or `nil` for feedback from the entity's own effects.
-    public var inbox: Int64?
+    public var inboxRow: Int64?
     /// The event.
     public var event: Event
 
     /// Wraps `event`.
-    public init(inbox: Int64?, event: Event) {
-        self.inbox = inbox
+    public init(inboxRow: Int64?, event: Event) {
+        self.inboxRow = inboxRow
         self.event = event
     }
 }
@@ -28,7 +28,7 @@ public struct InboxedCodec<Event: Sendable>: EventCodec {
 
     /// The marker byte, then the id's 8 bytes (big-endian) if there is one, then the event's bytes.
     public func encode(_ value: Inboxed<Event>) throws -> [UInt8] {
-        guard let inbox = value.inbox else { return [0] + (try base.encode(value.event)) }
+        guard let inbox = value.inboxRow else { return [0] + (try base.encode(value.event)) }
         return [1] + (0..<8).map { UInt8(truncatingIfNeeded: inbox >> (56 - 8 * $0)) } + (try base.encode(value.event))
     }
 
@@ -40,12 +40,12 @@ public struct InboxedCodec<Event: Sendable>: EventCodec {
             )
         }
         let header = marker == 0 ? 1 : 9
-        return Inboxed(inbox: Self.inbox(of: bytes), event: try base.decode(Array(bytes[header...])))
+        return Inboxed(inboxRow: Self.inboxRow(of: bytes), event: try base.decode(Array(bytes[header...])))
     }
 
     /// The inbox row's id in `bytes`, if they carry one; reads nothing else.
     @Sendable
-    public static func inbox(of bytes: [UInt8]) -> Int64? {
+    public static func inboxRow(of bytes: [UInt8]) -> Int64? {
         guard bytes.count >= 9, bytes[0] == 1 else { return nil }
         return bytes[1...8].reduce(Int64(0)) { ($0 << 8) | Int64($1) }
     }

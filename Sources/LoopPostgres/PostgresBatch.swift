@@ -58,7 +58,7 @@ enum PostgresBatch {
         var version: UInt64
         var payload: [UInt8]
         /// The inbox row the event consumed, deleted in the same transaction.
-        var inbox: Int64? = nil
+        var inboxRow: Int64? = nil
     }
 
     /// Checks each append against the streams' versions (`current`, updated as appends pass, so two
@@ -66,7 +66,7 @@ enum PostgresBatch {
     static func plan(
         _ appends: [Append],
         current: [[UInt8]: UInt64],
-        inboxOf: (@Sendable ([UInt8]) -> Int64?)? = nil
+        inboxRowOf: (@Sendable ([UInt8]) -> Int64?)? = nil
     ) -> (results: [Result<UInt64, EventStoreError>], rows: [Row]) {
         var versions = current
         var results: [Result<UInt64, EventStoreError>] = []
@@ -92,7 +92,7 @@ enum PostgresBatch {
                         stream: append.stream,
                         version: actual + 1 + UInt64(offset),
                         payload: payload,
-                        inbox: inboxOf?(payload)
+                        inboxRow: inboxRowOf?(payload)
                     )
                 )
             }
@@ -109,7 +109,7 @@ enum PostgresBatch {
     static func commit(
         _ appends: [Append],
         schema: String,
-        inboxOf: (@Sendable ([UInt8]) -> Int64?)? = nil,
+        inboxRowOf: (@Sendable ([UInt8]) -> Int64?)? = nil,
         answersOf: (@Sendable ([UInt8]) -> [RecordedAnswer])? = nil,
         fencing: Fencing? = nil,
         on connection: PostgresConnection
@@ -123,7 +123,7 @@ enum PostgresBatch {
                 // someone else made: it conflicts, as a stale version does.
                 let (current, consumed) = try versions(
                     of: appends.map(\.stream),
-                    consuming: inboxOf.map { inboxOf in appends.flatMap { $0.payloads.compactMap(inboxOf) } } ?? [],
+                    consuming: inboxRowOf.map { inboxRowOf in appends.flatMap { $0.payloads.compactMap(inboxRowOf) } } ?? [],
                     schema: schema,
                     on: connection
                 )
@@ -134,12 +134,12 @@ enum PostgresBatch {
                 let fresh = appends.map { append in
                     !fenced.contains(Array(append.stream.utf8))
                         && (consumed.isEmpty
-                            || !append.payloads.contains { inboxOf?($0).map(consumed.contains) ?? false })
+                            || !append.payloads.contains { inboxRowOf?($0).map(consumed.contains) ?? false })
                 }
                 var (results, rows) = plan(
                     appends.indices.filter { fresh[$0] }.map { appends[$0] },
                     current: current,
-                    inboxOf: inboxOf
+                    inboxRowOf: inboxRowOf
                 )
                 if fresh.contains(false) {
                     var merged: [Result<UInt64, EventStoreError>] = []
@@ -170,7 +170,7 @@ enum PostgresBatch {
                     }
                     results = merged
                 }
-                if inboxOf == nil && answersOf == nil {
+                if inboxRowOf == nil && answersOf == nil {
                     if !rows.isEmpty { try insert(rows[...], schema: schema, on: connection) }
                 } else if !rows.isEmpty {
                     // A cluster's: the events, the inbox rows they consumed and the answers they record,
@@ -182,7 +182,7 @@ enum PostgresBatch {
                         consumed AS (DELETE FROM \(schema).inbox WHERE id = ANY($5::bigint[])),
                         \(answering(schema, from: 6))
                         """,
-                        eventParameters(rows[...]) + [.ints(rows.compactMap(\.inbox))] + answerParameters(recorded),
+                        eventParameters(rows[...]) + [.ints(rows.compactMap(\.inboxRow))] + answerParameters(recorded),
                         prepared: true
                     )
                 }
@@ -360,7 +360,7 @@ enum PostgresBatch {
     static func eventParameters(_ rows: ArraySlice<Row>) -> [PostgresValue] {
         [
             .texts(rows.map(\.stream)), .ints(rows.map { Int64(clamping: $0.version) }), .blobs(rows.map(\.payload)),
-            .ints(rows.map { $0.inbox ?? -1 }),
+            .ints(rows.map { $0.inboxRow ?? -1 }),
         ]
     }
 }

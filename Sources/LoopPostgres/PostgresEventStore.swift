@@ -33,7 +33,7 @@ public final class PostgresEventStore: EventStore {
     static let appendsPerBatch = 4_096
 
     /// The inbox row an event's payload consumed, for a cluster node's store; `nil` for a plain store.
-    private let inboxOf: (@Sendable ([UInt8]) -> Int64?)?
+    private let inboxRowOf: (@Sendable ([UInt8]) -> Int64?)?
     /// The answers to keyed requests an event's payload records, for a cluster node's store.
     private let answersOf: (@Sendable ([UInt8]) -> [RecordedAnswer])?
     private let writer: PostgresWorker
@@ -86,10 +86,10 @@ public final class PostgresEventStore: EventStore {
         schema: String = "effectloop",
         retention: Retention = .keepAll
     ) async throws {
-        try await self.init(connecting: conninfo, schema: schema, inboxOf: nil, retention: retention)
+        try await self.init(connecting: conninfo, schema: schema, inboxRowOf: nil, retention: retention)
     }
 
-    /// A store whose appends also consume inbox rows: `inboxOf` reads, from an event's payload, the id of
+    /// A store whose appends also consume inbox rows: `inboxRowOf` reads, from an event's payload, the id of
     /// the inbox row it came from; the row is deleted in the transaction that appends the event, and
     /// `events.inbox_id` is unique, so a row is consumed by exactly one committed event. `answersOf`
     /// reads the answers to keyed requests an event records: the same transaction writes each to the
@@ -97,12 +97,12 @@ public final class PostgresEventStore: EventStore {
     package init(
         connecting conninfo: String,
         schema: String,
-        inboxOf: (@Sendable ([UInt8]) -> Int64?)?,
+        inboxRowOf: (@Sendable ([UInt8]) -> Int64?)?,
         answersOf: (@Sendable ([UInt8]) -> [RecordedAnswer])? = nil,
         applicationName: String? = nil,
         retention: Retention = .keepAll
     ) async throws {
-        self.inboxOf = inboxOf
+        self.inboxRowOf = inboxRowOf
         self.answersOf = answersOf
         self.retention = retention
         guard Self.isIdentifier(schema) else {
@@ -361,13 +361,13 @@ public final class PostgresEventStore: EventStore {
         }
         let schema = self.schema
         batches.add(1, ordering: .relaxed)
-        let (inboxOf, answersOf) = (self.inboxOf, self.answersOf)
+        let (inboxRowOf, answersOf) = (self.inboxRowOf, self.answersOf)
         let fencing = self.fencing.withLock { $0 }
         let outcome = writer.runInline { connection throws(PostgresError) in
             try PostgresBatch.commit(
                 requests,
                 schema: schema,
-                inboxOf: inboxOf,
+                inboxRowOf: inboxRowOf,
                 answersOf: answersOf,
                 fencing: fencing,
                 on: connection

@@ -77,7 +77,7 @@ func runClusterNode(_ words: [String]) async -> Int32 {
         // Asked to stop before it ran: it owns nothing yet, so there is nothing to hand over.
         if requested { return 0 }
         // What the node rode out (a lost session, joined again) goes to its log.
-        _ = try await node.run(report: { Measure.printError("cluster-node \(name): \($0); going on\n") })
+        _ = try await node.run(onFailure: { Measure.printError("cluster-node \(name): \($0); going on\n") })
         return 0
     } catch {
         Measure.printError("cluster-node \(name): \(error)\n")
@@ -120,7 +120,7 @@ func runClusterSend(_ words: [String]) async -> Int32 {
 
 /// A cluster node of either program, as `cluster-node` runs it.
 protocol ClusterRunnable: Runnable {
-    func run(report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport
+    func run(onFailure: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport
 }
 
 extension ClusterNode: ClusterRunnable {}
@@ -205,7 +205,7 @@ extension Workloads {
         // whose entities have no work under way): a taker must not recover them.
         for round in 0..<(2 * sizes.w11Kills) where ok {
             if round == sizes.w11Kills {
-                let payload = try InboxedCodec(codec).encode(Inboxed(inbox: nil, event: .add(1)))
+                let payload = try InboxedCodec(codec).encode(Inboxed(inboxRow: nil, event: .add(1)))
                 try control.execute(
                     "INSERT INTO \(schema).events (stream, version, payload) SELECT 'done-' || n, 1, $1 FROM generate_series(1, $2) n",
                     [.bytes(payload), .int(Int64(sizes.w11History))]

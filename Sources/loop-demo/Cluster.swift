@@ -44,7 +44,7 @@ func runNode(conninfo: String, name: String?, limit: Int) async -> Int32 {
         console.line("\(name): joined the cluster")
         // A lost session (a database restart, a lease lost while paused) is ridden out: said, and the
         // node joins again.
-        try await node.run(report: { printError("loop-demo: \(name): \($0); going on") })
+        try await node.run(onFailure: { printError("loop-demo: \(name): \($0); going on") })
         console.line("\(name): left the cluster (\(node.counts.dispatched) events taken)")
         return 0
     } catch {

@@ -241,7 +241,7 @@ struct ClusterNodeTests {
         let (a, b) = (try await Counter.node(database, "a"), try await Counter.node(database, "b"))
         let reports = Counter.Reports()
         // Node a runs as a service framework runs it (`Runnable.run()`), reporting what it rides out.
-        let reporting = a.reporting(reports.record)
+        let reporting = a.runnable(onFailure: reports.record)
         let runningA = Task { try await reporting.run() }
         let runningB = Task { try await b.run() }
         try await Self.eventually("the shards to be split") {
@@ -390,7 +390,7 @@ struct ClusterNodeTests {
         let runningA = Task { try await a.run() }
         try await Self.eventually("a to own every shard") { a.ownedShards.count == 64 }
         // One event each (`add(2)`: settled), as the node's codec writes it.
-        let payload = try InboxedCodec(JSONCodec<ClusterTally.Event>()).encode(Inboxed(inbox: nil, event: .add(2)))
+        let payload = try InboxedCodec(JSONCodec<ClusterTally.Event>()).encode(Inboxed(inboxRow: nil, event: .add(2)))
         let hex = payload.map { String($0, radix: 16).count == 1 ? "0\(String($0, radix: 16))" : String($0, radix: 16) }
         _ = try await Self.query(
             database,
@@ -433,7 +433,7 @@ struct ClusterNodeTests {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let node = try await Counter.node(database, "solo", batch: 5)
         let reports = Counter.Reports()
-        let running = Task { try await node.run(report: reports.record) }
+        let running = Task { try await node.run(onFailure: reports.record) }
         try await Self.eventually("the node to own every shard") { node.ownedShards.count == 64 }
         _ = try await Self.query(
             database,
@@ -458,7 +458,7 @@ struct ClusterNodeTests {
             try await Self.query(database, "SELECT count(*) FROM effectloop.inbox WHERE stream = 'entity-bad'") == "10"
         )
         // The record is fixed (an event the program reads): the entity is tried again and goes on.
-        let event = try InboxedCodec(JSONCodec<Counter.Event>()).encode(Inboxed(inbox: nil, event: .add(1)))
+        let event = try InboxedCodec(JSONCodec<Counter.Event>()).encode(Inboxed(inboxRow: nil, event: .add(1)))
         let hex = event.map { String($0, radix: 16) }.map { $0.count == 1 ? "0" + $0 : $0 }.joined()
         _ = try await Self.query(
             database,
@@ -483,7 +483,7 @@ struct ClusterNodeTests {
     /// commit in the same batch.
     @Test func appendsForAShardTheNodeNoLongerHoldsAreFencedAndWriteNothing() async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
-        let store = try await PostgresEventStore(connecting: database, schema: "effectloop", inboxOf: nil)
+        let store = try await PostgresEventStore(connecting: database, schema: "effectloop", inboxRowOf: nil)
         let holder = try PostgresConnection(database)
         let taker = try PostgresConnection(database)
         defer { taker.close() }

@@ -62,10 +62,10 @@ struct InboxConsumptionTests {
         let store = try await PostgresEventStore(
             connecting: database,
             schema: "effectloop",
-            inboxOf: { InboxedCodec<String>.inbox(of: $0) }
+            inboxRowOf: { InboxedCodec<String>.inboxRow(of: $0) }
         )
         let codec = InboxedCodec(JSONCodec<String>())
-        let event = try codec.encode(Inboxed(inbox: id, event: "add"))
+        let event = try codec.encode(Inboxed(inboxRow: id, event: "add"))
         #expect(try await store.append([event], to: "s", expecting: 0) == 1)
         #expect(try await inbox.waiting() == 0)
         // The same row again (a node that processed it late): a conflict, not a second transition.
@@ -73,7 +73,7 @@ struct InboxConsumptionTests {
             try await store.append([event], to: "s", expecting: 1)
         }
         #expect(try await store.version(of: "s") == 1)
-        let local = try codec.encode(Inboxed(inbox: nil, event: "feedback"))
+        let local = try codec.encode(Inboxed(inboxRow: nil, event: "feedback"))
         #expect(try await store.append([local], to: "s", expecting: 1) == 2)
         #expect(try codec.decode(try await store.read("s", after: 1, limit: 1)[0].payload).event == "feedback")
         await store.close()

@@ -106,7 +106,7 @@ func serve(_ options: Options) async throws {
     } else if let (conninfo, name) = options.cluster {
         let cluster = try await ClusterAccounts(connecting: conninfo, name: name)
         // What the node rides out (a lost session, an account whose records do not decode) is logged.
-        let node = cluster.node.reporting { [logger] failure in
+        let node = cluster.node.runnable { [logger] failure in
             logger.warning("effectloop cluster node failure", metadata: ["effectloop.failure": "\(failure)"])
         }
         services.append(RunnableService(node, name: "accounts", logger: logger))
