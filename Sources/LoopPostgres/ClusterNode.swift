@@ -70,7 +70,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         public var answersKept: Duration
 
         /// The defaults: schema `effectloop`, heartbeat 250 ms, timeout 3 s, 2,000 rows, snapshot every
-        /// 1,000 events, an outage limit of 60 s, settled entities released after 30 s, answers kept an hour.
+        /// 1,000 events, an outage limit of 60 s, settled entities passivated after 30 s, answers kept an hour.
         public init(
             schema: String = "effectloop",
             heartbeat: Duration = .milliseconds(250),

@@ -123,7 +123,8 @@ enum PostgresBatch {
                 // someone else made: it conflicts, as a stale version does.
                 let (current, consumed) = try versions(
                     of: appends.map(\.stream),
-                    consuming: inboxRowOf.map { inboxRowOf in appends.flatMap { $0.payloads.compactMap(inboxRowOf) } } ?? [],
+                    consuming: inboxRowOf.map { inboxRowOf in appends.flatMap { $0.payloads.compactMap(inboxRowOf) } }
+                        ?? [],
                     schema: schema,
                     on: connection
                 )

@@ -127,7 +127,7 @@ public final class MetricsObserver<Event: Sendable, Effect: Sendable>: LoopObser
             counts.withLock { counts in
                 counts.processed[Key(name: label, detail: origin.description), default: 0] += 1
                 counts.latency[label, default: Histogram(buckets: Array(repeating: 0, count: buckets.count + 1))]
-                    .record(seconds, in: bucket)
+                    .add(seconds, in: bucket)
                 counts.inboxDepth = depth
                 for key in produced { counts.produced[key, default: 0] += 1 }
             }
@@ -157,7 +157,7 @@ public final class MetricsObserver<Event: Sendable, Effect: Sendable>: LoopObser
         let empty = Histogram(buckets: Array(repeating: 0, count: buckets.count + 1))
         counts.withLock { counts in
             counts.effects[key, default: 0] += 1
-            counts.effectLatency[key.name, default: empty].record(seconds, in: bucket)
+            counts.effectLatency[key.name, default: empty].add(seconds, in: bucket)
         }
     }
 
@@ -252,7 +252,7 @@ public final class MetricsObserver<Event: Sendable, Effect: Sendable>: LoopObser
 }
 
 extension MetricsObserver.Histogram {
-    mutating func record(_ seconds: Double, in bucket: Int) {
+    mutating func add(_ seconds: Double, in bucket: Int) {
         buckets[bucket] += 1
         sum += seconds
         count += 1

@@ -1,4 +1,4 @@
-/// The walk behind ``Difference/between(_:_:at:)``: reflects both values with `Mirror` and records
+/// The walk behind ``Difference/between(_:_:at:)``: reflects both values with `Mirror` and notes
 /// each place where they differ.
 struct StructuralDiff {
     /// How deep the walk goes before it compares what remains by rendering (guards against cycles).
@@ -15,7 +15,7 @@ struct StructuralDiff {
         let expectedRendering = Rendering.of(expected)
         let actualRendering = Rendering.of(actual)
         guard type(of: expected) == type(of: actual) else {
-            record(path, expectedRendering, actualRendering)
+            note(path, expectedRendering, actualRendering)
             return
         }
         let expectedMirror = Mirror(reflecting: expected)
@@ -23,14 +23,14 @@ struct StructuralDiff {
         if depth >= Self.maximumDepth || (expectedMirror.children.isEmpty && actualMirror.children.isEmpty)
             || Rendering.isDescribedByItself(expected, expectedMirror)
         {
-            if expectedRendering != actualRendering { record(path, expectedRendering, actualRendering) }
+            if expectedRendering != actualRendering { note(path, expectedRendering, actualRendering) }
             return
         }
         switch expectedMirror.displayStyle {
         case .optional:
             guard let expectedWrapped = expectedMirror.children.first, let actualWrapped = actualMirror.children.first
             else {
-                record(path, expectedRendering, actualRendering)
+                note(path, expectedRendering, actualRendering)
                 return
             }
             compare(expectedWrapped.value, actualWrapped.value, path: path, depth: depth + 1)
@@ -53,7 +53,7 @@ struct StructuralDiff {
     }
 
     /// Both sides are found to differ at `path`; the list is capped at ``maximumDifferences``.
-    private mutating func record(_ path: String, _ expected: String, _ actual: String) {
+    private mutating func note(_ path: String, _ expected: String, _ actual: String) {
         if found.count < Self.maximumDifferences {
             found.append(Difference(path: path, expected: expected, actual: actual))
         } else {
@@ -78,7 +78,7 @@ struct StructuralDiff {
         let expectedFields = Array(expected.children)
         let actualFields = Array(actual.children)
         guard expectedFields.count == actualFields.count else {
-            record(path, expectedRendering, actualRendering)
+            note(path, expectedRendering, actualRendering)
             return
         }
         for (index, (expectedField, actualField)) in zip(expectedFields, actualFields).enumerated() {
@@ -99,7 +99,7 @@ struct StructuralDiff {
         guard let expectedPayload = expected.children.first, let actualPayload = actual.children.first,
             let caseName = expectedPayload.label, caseName == actualPayload.label
         else {
-            if expectedRendering != actualRendering { record(path, expectedRendering, actualRendering) }
+            if expectedRendering != actualRendering { note(path, expectedRendering, actualRendering) }
             return
         }
         compare(expectedPayload.value, actualPayload.value, path: path + "." + caseName, depth: depth + 1)
@@ -112,7 +112,7 @@ struct StructuralDiff {
             }
             return
         }
-        record(path + ".count", String(expected.count), String(actual.count))
+        note(path + ".count", String(expected.count), String(actual.count))
         let expectedRenderings = expected.map(Rendering.of)
         let actualRenderings = actual.map(Rendering.of)
         var expectedIndex = 0
@@ -127,11 +127,11 @@ struct StructuralDiff {
                 actualIndex += 1
             }
             while expectedIndex < match.0 {
-                record("\(path)[\(expectedIndex)]", expectedRenderings[expectedIndex], Rendering.nothing)
+                note("\(path)[\(expectedIndex)]", expectedRenderings[expectedIndex], Rendering.nothing)
                 expectedIndex += 1
             }
             while actualIndex < match.1 {
-                record("\(path)[\(actualIndex)]", Rendering.nothing, actualRenderings[actualIndex])
+                note("\(path)[\(actualIndex)]", Rendering.nothing, actualRenderings[actualIndex])
                 actualIndex += 1
             }
             expectedIndex += 1
@@ -148,9 +148,9 @@ struct StructuralDiff {
             case (let expectedValue?, let actualValue?):
                 compare(expectedValue, actualValue, path: entryPath, depth: depth + 1)
             case (let expectedValue?, nil):
-                record(entryPath, Rendering.of(expectedValue), Rendering.nothing)
+                note(entryPath, Rendering.of(expectedValue), Rendering.nothing)
             case (nil, let actualValue?):
-                record(entryPath, Rendering.nothing, Rendering.of(actualValue))
+                note(entryPath, Rendering.nothing, Rendering.of(actualValue))
             case (nil, nil):
                 break
             }
@@ -161,10 +161,10 @@ struct StructuralDiff {
         let expectedElements = Set(expected.children.map { Rendering.of($0.value) })
         let actualElements = Set(actual.children.map { Rendering.of($0.value) })
         for missing in expectedElements.subtracting(actualElements).sorted() {
-            record("\(path) contains \(missing)", "true", "false")
+            note("\(path) contains \(missing)", "true", "false")
         }
         for unexpected in actualElements.subtracting(expectedElements).sorted() {
-            record("\(path) contains \(unexpected)", "false", "true")
+            note("\(path) contains \(unexpected)", "false", "true")
         }
     }
 

@@ -390,10 +390,10 @@ typealias PingState = DurableState<[String], Pings.Event, Pings.Effect>
         var timers: [TimerName: RecordedTimer] = [:]
         let window = TimerNote.Started(index: 0, delay: .seconds(10), payload: .success([1]), kind: .window)
         let held = TimerNote.Started(index: 0, delay: .seconds(10), payload: .success([2]), kind: .held)
-        Replay.record(TimerNote(started: [window], recordedAt: .seconds(100)), at: 1, in: &timers)
-        Replay.record(TimerNote(started: [held], recordedAt: .seconds(101)), at: 2, in: &timers)
+        Replay.apply(TimerNote(started: [window], recordedAt: .seconds(100)), at: 1, in: &timers)
+        Replay.apply(TimerNote(started: [held], recordedAt: .seconds(101)), at: 2, in: &timers)
         let renewed = TimerName(version: 2, index: 0)
-        Replay.record(
+        Replay.apply(
             TimerNote(fired: [TimerName(version: 1, index: 0)], renewed: [renewed], recordedAt: .seconds(111)),
             at: 3,
             in: &timers
@@ -458,7 +458,9 @@ typealias PingState = DurableState<[String], Pings.Event, Pings.Effect>
             #expect(third.underlying.state.timers.map(\.kind) == [.window])
             await clock.sleepers(atLeast: 1)
             clock.advance(by: .seconds(10))
-            await eventually("the interval to end") { third.underlying.state.timers.isEmpty && third.underlying.state.isQuiet }
+            await eventually("the interval to end") {
+                third.underlying.state.timers.isEmpty && third.underlying.state.isQuiet
+            }
         }
         #expect(pings.started.withLock { $0 } == ["a", "b"])
     }

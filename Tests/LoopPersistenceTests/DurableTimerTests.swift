@@ -315,7 +315,9 @@ func runDurably<State: Sendable, Event: Sendable, Effect: Sendable>(
             clock.advance(by: .seconds(5))
             #expect(second.state.isEmpty)
             clock.advance(by: .seconds(1))
-            await eventually("the reminder to be recorded") { second.state == ["tea"] && second.underlying.state.isQuiet }
+            await eventually("the reminder to be recorded") {
+                second.state == ["tea"] && second.underlying.state.isQuiet
+            }
         }
         let third = loop(store, clock, reminders)
         try await running(third) {
@@ -334,7 +336,9 @@ func runDurably<State: Sendable, Event: Sendable, Effect: Sendable>(
         clock.advance(by: .seconds(3_600))
         let second = loop(store, clock, reminders)
         try await running(second) {
-            await eventually("the reminder to be recorded") { second.state == ["tea"] && second.underlying.state.isQuiet }
+            await eventually("the reminder to be recorded") {
+                second.state == ["tea"] && second.underlying.state.isQuiet
+            }
         }
         #expect(reminders.started.withLock { $0 } == ["tea"])
     }
@@ -370,7 +374,9 @@ func runDurably<State: Sendable, Event: Sendable, Effect: Sendable>(
         clock.advance(by: .seconds(10))
         let second = loop(store, clock, reminders)
         try await running(second) {
-            await eventually("the reminder to be recorded") { second.state == ["tea"] && second.underlying.state.isQuiet }
+            await eventually("the reminder to be recorded") {
+                second.state == ["tea"] && second.underlying.state.isQuiet
+            }
         }
         #expect(reminders.started.withLock { $0 } == ["tea"])
     }

@@ -110,7 +110,7 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
                 callers: callers,
                 failureGrace: failureGrace,
                 tally: tally,
-                failed: failures.record
+                failed: failures.note
             ),
             sources: sources.map { [scope = router.scope] source in
                 ClosureEventSource { send in

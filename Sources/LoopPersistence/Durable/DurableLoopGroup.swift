@@ -21,18 +21,18 @@ public import Synchronization
 /// Each entity behaves as a ``DurableLoop``: its events are in the store before their effects start;
 /// it recovers from its latest snapshot and the events after it; a store failure (or an event that no
 /// longer decodes) stops that entity only, which then refuses events (``/LoopCore/Rejection/failed``)
-/// while the others go on. Passivation releases an entity only when it is quiet (nothing on its way
+/// while the others go on. Passivation takes an entity out of memory only when it is quiet (nothing on its way
 /// to the store, no effect under way, nothing queued), checked in one step with its removal, so a
 /// passivated entity loses nothing; its next event recovers it. Each entity's inbox is unbounded (the
 /// store's replies must always get in); apply backpressure with ``sendDurably(_:to:key:)``.
 public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Sendable, Effect: Sendable>:
     Sendable
 {
-    /// When the group releases idle entities.
+    /// When the group passivates idle entities.
     public struct Passivation: Sendable {
-        /// Release an entity that received no event for at least this long (and at most twice it).
+        /// Passivate an entity that received no event for at least this long (and at most twice it).
         public var idleAfter: Duration?
-        /// Past this many live entities, release the least recently created quiet ones.
+        /// Past this many live entities, passivate the least recently created quiet ones.
         public var maximumLive: Int?
 
         /// Keeps every entity live until the group stops.
@@ -85,7 +85,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     ///   - states: how snapshots are encoded.
     ///   - snapshotEvery: save an entity's snapshot after this many of its events (`nil`: never).
     ///   - keysKept: how many callers' keys each entity remembers (see ``KeyWindow``).
-    ///   - passivation: when to release idle entities.
+    ///   - passivation: when to passivate idle entities.
     ///   - memory: where the group remembers its entities with work under way, so ``run()`` wakes
     ///     exactly those (see ``WorkMemory``); `nil`: an entity wakes on its first event only.
     ///   - failureGrace: how long effects of recorded events may finish after an entity's store fails.
@@ -205,7 +205,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
                 callers: callers,
                 failureGrace: failureGrace,
                 tally: tally,
-                failed: failures.record
+                failed: failures.note
             ),
             observer: observer.map { observer in
                 ClosureLoopGroupObserver<ID, DurableInput<State, Event>, DurableEffect<State, Event, Effect>> {
@@ -581,7 +581,7 @@ final class Failures: Sendable {
     init() {}
 
     @usableFromInline
-    @Sendable func record(stream: String, reason: DurableFailure) {
+    @Sendable func note(stream: String, reason: DurableFailure) {
         reasons.withLock { $0[stream] = reason }
         any.store(true, ordering: .releasing)
     }

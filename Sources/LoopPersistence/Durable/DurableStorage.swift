@@ -90,8 +90,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                     )
                 }
                 if let note {
-                    keys.record(note)
-                    if !note.timers.isEmpty { Self.record(note.timers, at: stored.version, in: &timers) }
+                    keys.apply(note)
+                    if !note.timers.isEmpty { Self.apply(note.timers, at: stored.version, in: &timers) }
                 }
                 if let event { _ = program.update(&state, event) }
                 version = stored.version
@@ -114,7 +114,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
     /// their delay after the record's time, then the ones it ended or saw start, then the held effects
     /// that started and opened an interval, due their delay after the record's time.
     @inlinable
-    static func record(_ note: TimerNote, at version: UInt64, in timers: inout [TimerName: RecordedTimer]) {
+    static func apply(_ note: TimerNote, at version: UInt64, in timers: inout [TimerName: RecordedTimer]) {
         for started in note.started {
             let name = TimerName(version: version, index: started.index)
             timers[name] = RecordedTimer(

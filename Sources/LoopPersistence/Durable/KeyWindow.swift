@@ -188,7 +188,7 @@ public struct EventNote: Sendable, Hashable {
 extension KeyWindow {
     /// Applies what `note` records of the event at `version`: its key, then its answers.
     @usableFromInline
-    mutating func record(_ note: EventNote) {
+    mutating func apply(_ note: EventNote) {
         if let key = note.key { insert(key) }
         for answer in note.answers { _ = self.answer(answer.reply, with: answer) }
     }

@@ -25,7 +25,7 @@ internal import Synchronization
 /// - **Effects.** Those of one event are let in, in the order listed, in the same hold of the lock as
 ///   the update; synchronous handlers then run inline, asynchronous ones in tasks the loop tracks,
 ///   scheduled by each effect's ``/EffectHandlers/EffectLifecycle``.
-/// - **Lifecycle.** ``run()`` runs the loop once. ``stop(gracePeriod:)`` shuts it down gracefully;
+/// - **Running and stopping.** ``run()`` runs the loop once. ``stop(gracePeriod:)`` shuts it down gracefully;
 ///   cancelling the task running ``run()`` stops it at once. Either way `run()` returns by the deadline,
 ///   even if a handler ignores cancellation (that effect is reported abandoned). ``start()`` runs it
 ///   without a task of its own, for loops that are many; ``waitUntilStopped()`` returns its report.
