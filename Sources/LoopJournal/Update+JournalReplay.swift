@@ -10,17 +10,13 @@ extension Update where State: Encodable {
         from first: First<State, Effect>,
         journal records: [JournalRecord<Event>]
     ) throws -> Next<State, Effect> {
-        var effects = first.effects
-        var machine = Machine(state: first.state, update: self)
-        for record in records {
-            effects.append(contentsOf: machine.process(record.event))
-            if let recorded = record.digest {
-                let replayed = try StateDigest.of(machine.state)
-                guard replayed == recorded else {
-                    throw JournalError.digestMismatch(sequence: record.sequence, recorded: recorded, replayed: replayed)
-                }
+        try replay(from: first, events: records.lazy.map(\.event)) { (position, state) throws in
+            let record = records[position]
+            guard let recorded = record.digest else { return }
+            let replayed = try StateDigest.of(copy state)
+            guard replayed == recorded else {
+                throw JournalError.digestMismatch(sequence: record.sequence, recorded: recorded, replayed: replayed)
             }
         }
-        return Next(state: machine.finish(), effects: effects)
     }
 }

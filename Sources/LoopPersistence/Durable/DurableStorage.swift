@@ -73,29 +73,26 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 version = snapshot.version
                 snapshotVersion = snapshot.version
             }
-            for try await stored in store.events(of: stream, after: version) {
-                let event: Event?
-                let note: EventNote?
-                do {
-                    let record = try RecordEnvelope.event(stored.payload)
-                    event = try record.event.map(events.decode)
-                    note = record.note
-                } catch {
-                    return .failed(
-                        DurableFailure(
-                            .undecodable(.event, version: stored.version, reason: "\(error)"),
-                            stream: stream,
-                            whileRecovering: true
-                        )
-                    )
-                }
-                if let note {
-                    keys.apply(note)
-                    if !note.timers.isEmpty { Self.apply(note.timers, at: stored.version, in: &timers) }
-                }
-                if let event { _ = program.update(&state, event) }
-                version = stored.version
+            version = try await StoreFold.fold(
+                stream,
+                of: store,
+                after: version,
+                into: &state,
+                update: program.update,
+                events: events
+            ) { note, version, _ in
+                guard let note else { return }
+                keys.apply(note)
+                if !note.timers.isEmpty { Self.apply(note.timers, at: version, in: &timers) }
             }
+        } catch let undecodable as StoreFold.Undecodable {
+            return .failed(
+                DurableFailure(
+                    .undecodable(.event, version: undecodable.version, reason: undecodable.reason),
+                    stream: stream,
+                    whileRecovering: true
+                )
+            )
         } catch {
             return .failed(DurableFailure(storeError: error, stream: stream, whileRecovering: true))
         }

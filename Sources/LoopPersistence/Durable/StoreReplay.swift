@@ -36,7 +36,7 @@ public enum StoreReplay {
     ) async throws -> Outcome<State> {
         let snapshot = try await store.latestSnapshot(of: stream)
         var outcome = Outcome(state: program.initial, events: 0, snapshotVersion: nil)
-        func check() throws {
+        func check(_ state: borrowing State) throws {
             guard let snapshot, snapshot.version == outcome.events else { return }
             let saved: State
             do {
@@ -48,7 +48,7 @@ public enum StoreReplay {
                         "stream '\(stream)': the snapshot at version \(snapshot.version) does not decode: \(error)"
                 )
             }
-            guard saved == outcome.state else {
+            guard saved == state else {
                 throw Failure(
                     description:
                         "stream '\(stream)': the snapshot at version \(snapshot.version) differs from the events before it"
@@ -56,21 +56,27 @@ public enum StoreReplay {
             }
             outcome.snapshotVersion = snapshot.version
         }
-        try check()
-        for try await stored in store.events(of: stream) {
-            let event: Event?
-            do {
-                // A record of a note alone (timers that started) holds no event of the program.
-                event = try RecordEnvelope.event(stored.payload).event.map(events.decode)
-            } catch {
-                throw Failure(
-                    description: "stream '\(stream)': the event at version \(stored.version) does not decode: \(error)"
-                )
+        try check(outcome.state)
+        var state = outcome.state
+        do {
+            outcome.events = try await StoreFold.fold(
+                stream,
+                of: store,
+                after: 0,
+                into: &state,
+                update: program.update,
+                events: events
+            ) { _, version, state in
+                outcome.events = version
+                try check(state)
             }
-            if let event { _ = program.update(&outcome.state, event) }
-            outcome.events = stored.version
-            try check()
+        } catch let undecodable as StoreFold.Undecodable {
+            throw Failure(
+                description:
+                    "stream '\(stream)': the event at version \(undecodable.version) does not decode: \(undecodable.reason)"
+            )
         }
+        outcome.state = state
         if let snapshot, outcome.snapshotVersion == nil {
             throw Failure(
                 description:
