@@ -23,10 +23,10 @@ public struct ShellError: Error, Hashable, Sendable, CustomStringConvertible {
     /// `errno` from the failed call.
     public let code: Int32
     /// What was being done.
-    public let action: String
+    public let operation: String
 
-    /// `cannot <action> (errno N)`.
-    public var description: String { "cannot \(action) (errno \(code))" }
+    /// `cannot <operation> (errno N)`.
+    public var description: String { "cannot \(operation) (errno \(code))" }
 }
 
 /// Real child processes via `posix_spawn`: output is read, and the exit waited for, on a thread of
@@ -131,11 +131,11 @@ private final class Child: Sendable {
         // pipes would keep this command's output open (and the command "running") until it exited. The
         // pipes are close-on-exec, and every child closes all descriptors above 2 before it runs.
         var pipeEnds: [Int32] = [0, 0]
-        guard pipe(&pipeEnds) == 0 else { throw ShellError(code: errno, action: "create a pipe") }
+        guard pipe(&pipeEnds) == 0 else { throw ShellError(code: errno, operation: "create a pipe") }
         var errorEnds: [Int32] = [0, 0]
         guard pipe(&errorEnds) == 0 else {
             for end in pipeEnds { close(end) }
-            throw ShellError(code: errno, action: "create a pipe")
+            throw ShellError(code: errno, operation: "create a pipe")
         }
         for end in pipeEnds + errorEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
         // A job reads nothing from the demo's own standard input (its commands, with --stdin). The
@@ -154,7 +154,7 @@ private final class Child: Sendable {
         guard let pid = started else {
             close(pipeEnds[0])
             close(errorEnds[0])
-            throw ShellError(code: spawned, action: "start \(words[0])")
+            throw ShellError(code: spawned, operation: "start \(words[0])")
         }
         return (pid, pipeEnds[0], errorEnds[0])
     }

@@ -16,7 +16,7 @@ public struct EventStoreError: Error, Hashable, Sendable, CustomStringConvertibl
         /// The stored data is damaged where the store can name it (a file and an offset, say).
         case corrupted(location: String, reason: String)
         /// A read or write failed (`errno`-style code and what was being done). Nothing partial stays.
-        case io(code: Int32, action: String)
+        case io(code: Int32, operation: String)
         /// The store is closed, or another process holds it.
         case unavailable(reason: String)
         /// An argument the caller controls is not acceptable (a snapshot past the end of its stream, say).
@@ -45,8 +45,8 @@ public struct EventStoreError: Error, Hashable, Sendable, CustomStringConvertibl
             return subject + "version conflict: expected version \(expected), the stream is at \(actual)"
         case .corrupted(let location, let reason):
             return subject + "corrupted data at \(location): \(reason)"
-        case .io(let code, let action):
-            return subject + "cannot \(action): \(Self.describe(errno: code)) (errno \(code))"
+        case .io(let code, let operation):
+            return subject + "cannot \(operation): \(Self.describe(errno: code)) (errno \(code))"
         case .unavailable(let reason):
             return subject + "store unavailable: \(reason)"
         case .invalid(let reason):

@@ -280,10 +280,10 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     ///   that entity is tried again with backoff, the others go on).
     /// - Throws: ``ClusterError`` when the node gave up.
     @discardableResult
-    public func run(onFailure report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
+    public func run(onFailure failed: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
         // The node's own requests end with it: its client's connections are closed when it stops.
         do {
-            let total = try await running(onFailure: report)
+            let total = try await running(onFailure: failed)
             await client.close()
             return total
         } catch {
@@ -292,9 +292,9 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         }
     }
 
-    private func running(onFailure report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
+    private func running(onFailure failed: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
         try await withTaskCancellationHandler {
-            try await supervise(onFailure: report)
+            try await supervise(onFailure: failed)
         } onCancel: {
             let current = supervision.withLock { supervision in
                 supervision.stopping = true
@@ -312,7 +312,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         try await run(onFailure: { _ in })
     }
 
-    private func supervise(onFailure report: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
+    private func supervise(onFailure failed: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
         var session = supervision.withLock { $0.current }
         // The wait before joining again: the heartbeat, doubled (up to the membership timeout) for each
         // session that failed within the timeout of its start, so a failure that repeats (an append the
@@ -320,7 +320,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         var backoff = configuration.heartbeat
         while true {
             let started = ContinuousClock.now
-            let (failure, entities) = await session.run(onFailure: report)
+            let (failure, entities) = await session.run(onFailure: failed)
             let (counted, recovered) = (session.counts, session.recoveries)
             let (stopping, total) = supervision.withLock { supervision in
                 supervision.ended = true
@@ -333,7 +333,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                 return (supervision.stopping, supervision.report)
             }
             guard let failure, !stopping else { return total }
-            report(failure)
+            failed(failure)
             let short = ContinuousClock.now - started < configuration.membershipTimeout
             backoff = short ? min(backoff * 2, configuration.membershipTimeout) : configuration.heartbeat
             guard let next = try await rejoin(after: failure, previous: session.holder, waiting: backoff) else {
@@ -584,9 +584,9 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
 
     /// Joins the cluster and processes its shards' inboxes until ``stop(gracePeriod:)`` (then leaves gracefully:
     /// stops taking rows, lets the events in flight commit, releases its shards) or until a failure ends
-    /// the session, which it returns. Entities stopped by data they cannot read are passed to `report`
+    /// the session, which it returns. Entities stopped by data they cannot read are passed to `failed`
     /// and the session goes on.
-    func run(onFailure report: @Sendable (ClusterError) -> Void) async -> (ClusterError?, LoopReport) {
+    func run(onFailure failed: @Sendable (ClusterError) -> Void) async -> (ClusterError?, LoopReport) {
         let running = Task { try await group.run() }
         if ledger.withLock({ ledger in
             ledger.running = running
@@ -618,7 +618,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                     rows = try await read()
                 }
                 dispatch(rows, whole: whole)
-                if let ended = failures(report: report) {
+                if let ended = failures(passingTo: failed) {
                     failure = ended
                     break
                 }
@@ -672,7 +672,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// the shard; the store unavailable means the database or the connection failed: both end the
     /// session, and the node joins again. Data the entity cannot read (undecodable, damaged, an event
     /// that does not encode) would stop it wherever it ran: it stops that entity only.
-    private func failures(report: @Sendable (ClusterError) -> Void) -> ClusterError? {
+    private func failures(passingTo tell: @Sendable (ClusterError) -> Void) -> ClusterError? {
         let failed = group.failedStreams
         retryDue()
         guard !failed.isEmpty else { return nil }
@@ -691,19 +691,19 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             }
         }
         let base = configuration.membershipTimeout
-        let unreported = ledger.withLock { ledger in
-            var unreported: [(String, DurableFailure)] = []
+        let untold = ledger.withLock { ledger in
+            var untold: [(String, DurableFailure)] = []
             for (stream, failure) in fresh where ledger.failed[stream]?.failing != true {
                 var retry = ledger.failed[stream] ?? Retry()
                 retry.attempts += 1
                 retry.failing = true
                 retry.at = .now + base * (1 << min(retry.attempts - 1, 6))
                 ledger.failed[stream] = retry
-                unreported.append((stream, failure))
+                untold.append((stream, failure))
             }
-            return unreported
+            return untold
         }
-        for (stream, failure) in unreported { report(.entityFailed(stream: stream, reason: failure.description)) }
+        for (stream, failure) in untold { tell(.entityFailed(stream: stream, reason: failure.description)) }
         return nil
     }
 
@@ -1411,32 +1411,32 @@ public enum ClusterError: Error, Hashable, Sendable, CustomStringConvertible {
 extension ClusterNode: Runnable {}
 
 extension ClusterNode {
-    /// The node as a ``/LoopRuntime/Runnable`` whose ``/LoopRuntime/Runnable/run()`` tells `report` of
+    /// The node as a ``/LoopRuntime/Runnable`` whose ``/LoopRuntime/Runnable/run()`` passes to `onFailure`
     /// each failure the node rides out (``run(onFailure:)``): what a service framework's generic wrapper
     /// runs, so that a lost session or an entity stopped by data it cannot read reaches the service's
-    /// log. The node's own ``run()`` reports nothing.
+    /// log. The node's own ``run()`` passes them nowhere.
     ///
     /// ```swift
     /// let service = RunnableService(node.runnable { logger.warning("\($0)") })
     /// ```
-    public func runnable(onFailure report: @escaping @Sendable (ClusterError) -> Void) -> some Runnable {
-        ReportingClusterNode(node: self, report: report)
+    public func runnable(onFailure failed: @escaping @Sendable (ClusterError) -> Void) -> some Runnable {
+        FailureForwardingClusterNode(node: self, failed: failed)
     }
 }
 
 /// ``ClusterNode/runnable(onFailure:)``'s node.
-private final class ReportingClusterNode<State: Sendable, Event: Sendable, Effect: Sendable>: Runnable {
+private final class FailureForwardingClusterNode<State: Sendable, Event: Sendable, Effect: Sendable>: Runnable {
     let node: ClusterNode<State, Event, Effect>
-    let report: @Sendable (ClusterError) -> Void
+    let failed: @Sendable (ClusterError) -> Void
 
-    init(node: ClusterNode<State, Event, Effect>, report: @escaping @Sendable (ClusterError) -> Void) {
+    init(node: ClusterNode<State, Event, Effect>, failed: @escaping @Sendable (ClusterError) -> Void) {
         self.node = node
-        self.report = report
+        self.failed = failed
     }
 
     @discardableResult
     func run() async throws -> LoopReport {
-        try await node.run(onFailure: report)
+        try await node.run(onFailure: failed)
     }
 
     func stop(gracePeriod: Duration) {

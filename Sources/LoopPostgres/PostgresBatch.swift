@@ -307,10 +307,10 @@ enum PostgresBatch {
     }
 
     /// The current version of each of `streams` (0 for one with no events), and which of the inbox
-    /// rows `inboxes` an event already consumed: one statement.
+    /// rows `inboxRows` an event already consumed: one statement.
     static func versions(
         of streams: [String],
-        consuming inboxes: [Int64] = [],
+        consuming inboxRows: [Int64] = [],
         schema: String,
         on connection: PostgresConnection
     ) throws(PostgresError) -> (versions: [[UInt8]: UInt64], consumed: Set<Int64>) {
@@ -319,7 +319,7 @@ enum PostgresBatch {
         for stream in streams where seen.insert(Array(stream.utf8)).inserted { unique.append(stream) }
         var versions: [[UInt8]: UInt64] = [:]
         var consumed: Set<Int64> = []
-        guard !unique.isEmpty || !inboxes.isEmpty else { return (versions, consumed) }
+        guard !unique.isEmpty || !inboxRows.isEmpty else { return (versions, consumed) }
         let rows = try connection.execute(
             """
             SELECT v.stream, coalesce((SELECT max(e.version) FROM \(schema).events e WHERE e.stream = v.stream), 0)::bigint
@@ -327,7 +327,7 @@ enum PostgresBatch {
             UNION ALL
             SELECT NULL, inbox_id FROM \(schema).events WHERE inbox_id = ANY($2::bigint[])
             """,
-            [.texts(unique), .ints(inboxes)],
+            [.texts(unique), .ints(inboxRows)],
             prepared: true
         )
         for row in rows.rows.indices {

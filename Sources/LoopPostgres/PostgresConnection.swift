@@ -274,7 +274,7 @@ package final class PostgresConnection {
     /// notifications are consumed.
     package func waitForNotification(milliseconds: Int32, wakeup: Wakeup? = nil) throws(PostgresError) -> Bool {
         guard let connection else { throw PostgresError(.connection, message: "the connection is closed") }
-        if drainNotifications(connection) { return true }
+        if takeNotifications(connection) { return true }
         let socket = PQsocket(connection)
         guard socket >= 0 else { throw PostgresError(.connection, message: Self.message(of: connection)) }
         var descriptors = [pollfd(fd: socket, events: Int16(POLLIN), revents: 0)]
@@ -286,10 +286,10 @@ package final class PostgresConnection {
         guard PQconsumeInput(connection) == 1 else {
             throw PostgresError(.connection, message: Self.message(of: connection))
         }
-        return drainNotifications(connection)
+        return takeNotifications(connection)
     }
 
-    private func drainNotifications(_ connection: OpaquePointer) -> Bool {
+    private func takeNotifications(_ connection: OpaquePointer) -> Bool {
         var any = false
         while let notification = PQnotifies(connection) {
             any = true

@@ -388,14 +388,14 @@ public final class PostgresEventStore: EventStore {
 
     private func reading<Value: Sendable>(
         _ stream: String,
-        _ action: String,
+        _ operation: String,
         _ body: @escaping @Sendable (PostgresConnection) throws(PostgresError) -> Value
     ) async throws -> Value {
         if queue.withLock({ $0.closed }) { throw Self.closedError(stream) }
         do {
             return try await reader.run(body)
         } catch {
-            throw Self.storeError(error, doing: action, stream: stream)
+            throw Self.storeError(error, doing: operation, stream: stream)
         }
     }
 
@@ -421,8 +421,8 @@ public final class PostgresEventStore: EventStore {
         return nil
     }
 
-    static func storeError(_ error: PostgresError, doing action: String, stream: String? = nil) -> EventStoreError {
-        EventStoreError(.unavailable(reason: "cannot \(action): \(error)"), stream: stream)
+    static func storeError(_ error: PostgresError, doing operation: String, stream: String? = nil) -> EventStoreError {
+        EventStoreError(.unavailable(reason: "cannot \(operation): \(error)"), stream: stream)
     }
 
     static func closedError(_ stream: String) -> EventStoreError {

@@ -184,7 +184,7 @@ extension Workloads {
             for row in rows.rows.indices { held[try rows.text(row, 0), default: []].append(try rows.int(row, 1)) }
             return held
         }
-        func settled(_ names: [String]) async throws -> Bool {
+        func shardsBalanced(_ names: [String]) async throws -> Bool {
             for _ in 0..<3_000 {
                 let now = try held()
                 if now.values.map(\.count).reduce(0, +) == 64,
@@ -197,7 +197,7 @@ extension Workloads {
             return false
         }
         var nodes = ["n1": try node("n1"), "n2": try node("n2")]
-        var ok = try await settled(["n1", "n2"])
+        var ok = try await shardsBalanced(["n1", "n2"])
         var failovers: [Double] = []
         var withHistory: [Double] = []
         let codec = JSONCodec<ClusterTally.Event>()
@@ -241,7 +241,7 @@ extension Workloads {
             if round < sizes.w11Kills { failovers.append(seconds) } else { withHistory.append(seconds) }
             ok = ok && processed
             nodes[victim] = try node(victim)
-            let back = try await settled(["n1", "n2"])
+            let back = try await shardsBalanced(["n1", "n2"])
             ok = ok && back
         }
         for process in nodes.values { process.stop(SIGTERM) }

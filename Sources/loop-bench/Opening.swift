@@ -38,16 +38,16 @@ extension Workloads {
                 let version = try await store.append([payload], to: stream, expecting: expected)
                 let elapsed = ContinuousClock.now - start
                 let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-                let recovery = store.recovery
+                let opening = store.opening
                 await store.close()
                 ok =
-                    ok && version == expected + 1 && recovery.events >= UInt64(events)
-                    && recovery.streams == streams
+                    ok && version == expected + 1 && opening.events >= UInt64(events)
+                    && opening.streams == streams
                 if useCheckpoint {
-                    if case .used = recovery.checkpoint {} else { ok = false }
+                    if case .used = opening.checkpoint {} else { ok = false }
                     fromCheckpoint.append(seconds)
                 } else {
-                    ok = ok && recovery.checkpoint == .none
+                    ok = ok && opening.checkpoint == .none
                     whole.append(seconds)
                 }
             }

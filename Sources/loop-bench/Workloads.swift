@@ -239,9 +239,9 @@ enum Workloads {
 
     /// The same round trips with the update and the handler called directly.
     private static func rawRoundTrips(_ count: Int, synchronous: Bool) async -> Double {
-        let inbox = Locked([PingEvent]())
+        let pending = Locked([PingEvent]())
         let send = Send<PingEvent> { event in
-            inbox.withLock { $0.append(event) }
+            pending.withLock { $0.append(event) }
             return .accepted
         }
         let asyncHandler = ClosureEffectHandler<Int, PingEvent> { index, send in send(.ack(index)) }
@@ -258,7 +258,7 @@ enum Workloads {
                             try? await asyncHandler.handle(value, send: send)
                         }
                     }
-                    for event in inbox.withLock({ events in
+                    for event in pending.withLock({ events in
                         defer { events = [] }
                         return events
                     }) {

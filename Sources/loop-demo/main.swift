@@ -358,17 +358,17 @@ func openStore(_ directory: String, readOnly: Bool = false, acceptLoss: Bool) ->
             // `replay` is the checking tool: it reads every record of the log, not the index checkpoint.
             options: FileEventStore.Options(readOnly: readOnly, acceptLoss: acceptLoss, indexCheckpoint: !readOnly)
         )
-        if case .refused(let reason) = store.recovery.checkpoint {
+        if case .refused(let reason) = store.opening.checkpoint {
             printError("loop-demo: read the whole log: its index checkpoint does not fit it (\(reason))")
         }
-        if let lost = store.recovery.lost { printError("loop-demo: opened the store accepting a loss: \(lost)") }
-        if let tail = store.recovery.truncated {
+        if let lost = store.opening.lost { printError("loop-demo: opened the store accepting a loss: \(lost)") }
+        if let tail = store.opening.truncated {
             if readOnly {
                 printError(
                     "loop-demo: skipped \(tail.bytes) bytes of an unfinished write at offset \(tail.offset) of \(tail.file)"
                 )
             } else {
-                printError("loop-demo: recovered the store: \(tail)")
+                printError("loop-demo: repaired the store: \(tail)")
             }
         }
         return .success(store)

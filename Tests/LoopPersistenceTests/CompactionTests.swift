@@ -137,12 +137,12 @@ import Glibc
         for checkpoint in [true, false] {
             let reopened = try Self.open(directory, checkpoint: checkpoint)
             if checkpoint {
-                guard case .used = reopened.recovery.checkpoint else {
-                    Issue.record("the checkpoint was not used: \(reopened.recovery.checkpoint)")
+                guard case .used = reopened.opening.checkpoint else {
+                    Issue.record("the checkpoint was not used: \(reopened.opening.checkpoint)")
                     return
                 }
             }
-            #expect(reopened.recovery.events == acknowledged.versions.values.reduce(0, +))
+            #expect(reopened.opening.events == acknowledged.versions.values.reduce(0, +))
             try await Self.expectKept(reopened, acknowledged)
             await reopened.close()
         }

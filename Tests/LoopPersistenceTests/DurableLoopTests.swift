@@ -270,7 +270,7 @@ func eventually(_ what: String, _ condition: () -> Bool) async {
         let card = Card(store: store)
         let loop = DurableLoop(stream: "ledger", program: Ledger.program, effects: card.router, store: store)
         let running = Task { try await loop.run() }
-        let disk = EventStoreError(.io(code: 28, action: "write to disk"), stream: "ledger")
+        let disk = EventStoreError(.io(code: 28, operation: "write to disk"), stream: "ledger")
         let full = DurableLoopError.storeFailed(DurableFailure(.store(disk), stream: "ledger"))
         // The store's own error, typed, and the same words as the store's.
         #expect(full.description == "the durable loop stopped: \(disk)")
@@ -414,7 +414,7 @@ final class CountingStore: EventStore {
 
     func append(_ payloads: [[UInt8]], to stream: String, expecting expectedVersion: UInt64) async throws -> UInt64 {
         if failAppends.withLock({ $0 }) {
-            throw EventStoreError(.io(code: 28, action: "write to disk"), stream: stream)
+            throw EventStoreError(.io(code: 28, operation: "write to disk"), stream: stream)
         }
         return try await inner.append(payloads, to: stream, expecting: expectedVersion)
     }
@@ -427,7 +427,9 @@ final class CountingStore: EventStore {
 
     func version(of stream: String) async throws -> UInt64 { try await inner.version(of: stream) }
     func save(_ snapshot: Snapshot) async throws {
-        if failSaves.withLock({ $0 }) { throw EventStoreError(.io(code: 28, action: "save"), stream: snapshot.stream) }
+        if failSaves.withLock({ $0 }) {
+            throw EventStoreError(.io(code: 28, operation: "save"), stream: snapshot.stream)
+        }
         try await inner.save(snapshot)
     }
 

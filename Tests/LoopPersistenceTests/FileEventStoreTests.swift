@@ -64,7 +64,7 @@ import Glibc
     @Test func whatWasAcknowledgedIsThereAfterReopening() async throws {
         let directory = try TemporaryDirectory()
         let store = try FileEventStore(directory: directory.path)
-        #expect(store.recovery == .init(segments: 1, streams: 0, events: 0, truncated: nil))
+        #expect(store.opening == .init(segments: 1, streams: 0, events: 0, truncated: nil))
         _ = try await store.append((1...3).map(Self.payload), to: "a", expecting: 0)
         _ = try await store.append([Self.payload(4)], to: "b", expecting: 0)
         _ = try await store.append([Self.payload(5)], to: "a", expecting: 3)
@@ -75,7 +75,7 @@ import Glibc
         // The index comes from the checkpoint the close wrote, which covers the whole log.
         let logged = try directory.contents(of: "segment-00000000.log").count
         #expect(
-            reopened.recovery
+            reopened.opening
                 == .init(
                     segments: 1,
                     streams: 2,
@@ -136,13 +136,13 @@ import Glibc
             try Data(whole.prefix(cut)).write(to: URL(fileURLWithPath: log))
             let reopened = try FileEventStore(directory: directory.path)
             let expected = FileEventStore.TruncatedTail(file: log, offset: good, bytes: cut - good)
-            #expect(reopened.recovery.truncated == expected, "cut at \(cut)")
+            #expect(reopened.opening.truncated == expected, "cut at \(cut)")
             #expect(try await reopened.read("s", after: 0, limit: 10).map(\.payload) == [Self.payload(1)])
             #expect(try directory.size(of: "segment-00000000.log") == good)
             await reopened.close()
         }
         let reopened = try FileEventStore(directory: directory.path)
-        #expect(reopened.recovery.truncated == nil)
+        #expect(reopened.opening.truncated == nil)
         #expect(try await reopened.append([Self.payload(2)], to: "s", expecting: 1) == 2)
         await reopened.close()
     }
@@ -160,7 +160,7 @@ import Glibc
         #expect(try directory.size(of: "segment-00000000.log") == good)
         try directory.appendBytes([UInt8](repeating: 0, count: 4_096), to: "segment-00000000.log")
         let reopened = try FileEventStore(directory: directory.path)
-        #expect(reopened.recovery.truncated == nil)
+        #expect(reopened.opening.truncated == nil)
         #expect(try await reopened.version(of: "s") == 1)
         // The next records overwrite the zeros, from the end of the last commit.
         #expect(try await reopened.append([Self.payload(2)], to: "s", expecting: 1) == 2)
@@ -168,7 +168,7 @@ import Glibc
         await reopened.close()
         #expect(try directory.size(of: "segment-00000000.log") == grown)
         let again = try FileEventStore(directory: directory.path)
-        #expect(again.recovery.truncated == nil && again.recovery.events == 2)
+        #expect(again.opening.truncated == nil && again.opening.events == 2)
         #expect(try await again.read("s", after: 0, limit: 10).map(\.payload) == [Self.payload(1), Self.payload(2)])
         await again.close()
     }
@@ -183,8 +183,8 @@ import Glibc
         let orphan: [UInt8] = [1, 2, 3, 4, 5, 6, 7, 8, 9]
         try directory.appendBytes(orphan + [UInt8](repeating: 0, count: 4_096), to: "segment-00000000.log")
         let reopened = try FileEventStore(directory: directory.path)
-        #expect(reopened.recovery.truncated?.offset == good)
-        #expect(reopened.recovery.truncated?.bytes == orphan.count + 4_096)
+        #expect(reopened.opening.truncated?.offset == good)
+        #expect(reopened.opening.truncated?.bytes == orphan.count + 4_096)
         #expect(try await reopened.version(of: "s") == 1)
         await reopened.close()
     }
@@ -333,7 +333,7 @@ import Glibc
             to: "segment-00000000.log"
         )
         let reopened = try FileEventStore(directory: directory.path)
-        #expect(reopened.recovery.truncated?.offset == good)
+        #expect(reopened.opening.truncated?.offset == good)
         #expect(try await reopened.version(of: "b") == 0)
         #expect(try await reopened.version(of: "s") == 1)
         await reopened.close()
@@ -366,7 +366,7 @@ import Glibc
                 continue
             }
             let reopened = try FileEventStore(directory: directory.path)
-            #expect(reopened.recovery.truncated?.offset == good)
+            #expect(reopened.opening.truncated?.offset == good)
             #expect(try await reopened.version(of: "b") == 0)
             #expect(try await reopened.version(of: "s") == 1)
             await reopened.close()
@@ -417,7 +417,9 @@ import Glibc
             try await stale.value
         }
         let write = "write to \(directory.path)/segment-00000000.log"
-        await #expect(throws: EventStoreError(.io(code: ENOSPC, action: write), stream: "t")) { try await other.value }
+        await #expect(throws: EventStoreError(.io(code: ENOSPC, operation: write), stream: "t")) {
+            try await other.value
+        }
         await store.close()
     }
 
@@ -435,8 +437,8 @@ import Glibc
         #expect(all == stride(from: 1, to: 40, by: 3).map { Self.payload($0 + 1) })
         await store.close()
         let reopened = try FileEventStore(directory: directory.path, options: .init(segmentBytes: 200))
-        #expect(reopened.recovery.segments > 5)
-        #expect(reopened.recovery.events == 40)
+        #expect(reopened.opening.segments > 5)
+        #expect(reopened.opening.events == 40)
         #expect(try await reopened.read("s1", after: 5, limit: 2).map(\.version) == [6, 7])
         await reopened.close()
 
@@ -464,7 +466,7 @@ import Glibc
     @Test func aDirectoryThatIsAFileIsAClearError() throws {
         let directory = try TemporaryDirectory()
         try directory.appendBytes([1], to: "file")
-        #expect(throws: EventStoreError(.io(code: ENOTDIR, action: "open \(directory.path)/file"))) {
+        #expect(throws: EventStoreError(.io(code: ENOTDIR, operation: "open \(directory.path)/file"))) {
             try FileEventStore(directory: directory.path + "/file")
         }
     }
@@ -506,7 +508,7 @@ import Glibc
         io.counts.withLock { $0.failWrite = (afterBytes: 5, code: ENOSPC) }
         await #expect(
             throws: EventStoreError(
-                .io(code: ENOSPC, action: "write to \(directory.path)/segment-00000000.log"),
+                .io(code: ENOSPC, operation: "write to \(directory.path)/segment-00000000.log"),
                 stream: "s"
             )
         ) {
@@ -517,7 +519,7 @@ import Glibc
         #expect(try await store.append([Self.payload(3)], to: "s", expecting: 1) == 2)
         await store.close()
         let reopened = try FileEventStore(directory: directory.path)
-        #expect(reopened.recovery.truncated == nil)
+        #expect(reopened.opening.truncated == nil)
         #expect(try await reopened.read("s", after: 0, limit: 9).map(\.payload) == [Self.payload(1), Self.payload(3)])
         await reopened.close()
     }
@@ -531,7 +533,10 @@ import Glibc
         _ = try await store.append([Self.payload(1)], to: "s", expecting: 0)
         io.counts.withLock { $0.failSync = EIO }
         await #expect(
-            throws: EventStoreError(.io(code: EIO, action: "sync \(directory.path)/segment-00000000.log"), stream: "s")
+            throws: EventStoreError(
+                .io(code: EIO, operation: "sync \(directory.path)/segment-00000000.log"),
+                stream: "s"
+            )
         ) {
             try await store.append([Self.payload(2)], to: "s", expecting: 1)
         }
@@ -578,12 +583,12 @@ import Glibc
                 failure = error
             }
         }
-        #expect(failure?.kind == .io(code: ENOSPC, action: "write to \(directory.path)/segment-00000000.log"))
+        #expect(failure?.kind == .io(code: ENOSPC, operation: "write to \(directory.path)/segment-00000000.log"))
         #expect(acknowledged > 10)
         await store.close()
         let reopened = try FileEventStore(directory: directory.path)
-        #expect(reopened.recovery.truncated == nil)
-        #expect(reopened.recovery.events == acknowledged)
+        #expect(reopened.opening.truncated == nil)
+        #expect(reopened.opening.events == acknowledged)
         let events = try await reopened.read("s", after: 0, limit: 10_000)
         #expect(events.count == Int(acknowledged) && events.allSatisfy { $0.payload == big })
         await reopened.close()
@@ -738,7 +743,7 @@ final class TemporaryDirectory: Sendable {
         _ = try await store.append([[1]], to: "stream-3", expecting: 1)
         await store.close()
         let reopened = try FileEventStore(directory: directory.path)
-        #expect(reopened.recovery.streams == streams)
+        #expect(reopened.opening.streams == streams)
         #expect(try await reopened.read("stream-3", after: 0, limit: 5).map(\.payload) == [[3], [1]])
         await reopened.close()
     }

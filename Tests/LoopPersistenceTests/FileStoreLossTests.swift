@@ -64,14 +64,14 @@ import Glibc
             directory: directory.path,
             options: .init(segmentBytes: 200, acceptLoss: true)
         )
-        let lost = try #require(accepted.recovery.lost)
-        #expect(lost.events > 0 && lost.events == 40 - accepted.recovery.events)
+        let lost = try #require(accepted.opening.lost)
+        #expect(lost.events > 0 && lost.events == 40 - accepted.opening.events)
         #expect(lost.reason == "\(missing) missing")
         #expect(try await accepted.read("s0", after: 0, limit: 1).map(\.payload) == [Self.payload(1)])
         await accepted.close()
         // Accepted once, the loss is part of the history: the next open stands by what is there.
         let again = try FileEventStore(directory: directory.path, options: .init(segmentBytes: 200))
-        #expect(again.recovery.lost == nil)
+        #expect(again.opening.lost == nil)
         await again.close()
     }
 
@@ -120,11 +120,11 @@ import Glibc
             (error as? EventStoreError)?.description.contains("the store's manifest is damaged") == true
         }
         let accepted = try FileEventStore(directory: directory.path, options: .init(acceptLoss: true))
-        #expect(accepted.recovery.events == 40)
-        #expect(accepted.recovery.lost?.events == 0)
+        #expect(accepted.opening.events == 40)
+        #expect(accepted.opening.lost?.events == 0)
         await accepted.close()
         let again = try FileEventStore(directory: directory.path)
-        #expect(again.recovery.lost == nil && again.recovery.events == 40)
+        #expect(again.opening.lost == nil && again.opening.events == 40)
         await again.close()
     }
 
@@ -136,7 +136,7 @@ import Glibc
         for index in 0..<64 { manifest[index] = 0 }
         try directory.write(manifest, to: "store.manifest")
         let reopened = try FileEventStore(directory: directory.path)
-        #expect(reopened.recovery.events == 40)
+        #expect(reopened.opening.events == 40)
         await reopened.close()
     }
 
@@ -152,7 +152,7 @@ import Glibc
         let reader = try FileEventStore(directory: directory.path, options: .init(readOnly: true))
         #expect(try await reader.read("s", after: 0, limit: 10).map(\.payload) == [Self.payload(1), Self.payload(2)])
         #expect(try await reader.latestSnapshot(of: "s")?.payload == [9])
-        #expect(reader.recovery.truncated?.offset == writer.statistics.bytes)
+        #expect(reader.opening.truncated?.offset == writer.statistics.bytes)
         await #expect(throws: EventStoreError.self) { try await reader.append([[1]], to: "t", expecting: 0) }
         await reader.close()
         #expect(try Self.files(in: directory) == before, "a read-only open changed the directory")
@@ -217,7 +217,7 @@ import Glibc
                 continue
             }
             if name == "store.index" && fromCheckpoint {
-                guard case .refused = reopened.recovery.checkpoint else {
+                guard case .refused = reopened.opening.checkpoint else {
                     Issue.record("\(damage): the damaged checkpoint was used")
                     continue
                 }

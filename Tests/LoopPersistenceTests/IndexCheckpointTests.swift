@@ -83,14 +83,14 @@ import Glibc
         let logged = try Self.logBytes(in: directory)
 
         let whole = try Self.open(directory, checkpoint: false, readOnly: true)
-        #expect(whole.recovery.checkpoint == .none)
+        #expect(whole.opening.checkpoint == .none)
         #expect(try await Self.contents(of: whole, like: expected) == expected)
 
         let reopened = try Self.open(directory)
-        #expect(reopened.recovery.segments > 3)
-        #expect(reopened.recovery.checkpoint == .used(events: whole.recovery.events, skippedBytes: logged))
-        #expect(reopened.recovery.streams == whole.recovery.streams)
-        #expect(reopened.recovery.events == whole.recovery.events)
+        #expect(reopened.opening.segments > 3)
+        #expect(reopened.opening.checkpoint == .used(events: whole.opening.events, skippedBytes: logged))
+        #expect(reopened.opening.streams == whole.opening.streams)
+        #expect(reopened.opening.events == whole.opening.events)
         #expect(try await Self.contents(of: reopened, like: expected) == expected)
         // Reads from the middle of the long stream start at the checkpoints the index keeps.
         let middle = try await reopened.read("long", after: 300, limit: 5).map(\.payload)
@@ -120,8 +120,8 @@ import Glibc
         }
         try await Self.waitUntil("the dropped store is gone") { dropped == nil }
         let reopened = try await Self.openOnceReleased(directory)
-        guard case .used(_, let skipped) = reopened.recovery.checkpoint else {
-            Issue.record("the checkpoint was not used: \(reopened.recovery.checkpoint)")
+        guard case .used(_, let skipped) = reopened.opening.checkpoint else {
+            Issue.record("the checkpoint was not used: \(reopened.opening.checkpoint)")
             return
         }
         // The close's checkpoint or a newer one, written when a log file was sealed.
@@ -149,11 +149,11 @@ import Glibc
         // The writer lets go of the store when it has finished its last batch.
         try await Self.waitUntil("the dropped store is gone") { dropped == nil }
         let reopened = try await Self.openOnceReleased(directory)
-        guard case .used(let events, let skipped) = reopened.recovery.checkpoint else {
-            Issue.record("the checkpoint was not used: \(reopened.recovery.checkpoint)")
+        guard case .used(let events, let skipped) = reopened.opening.checkpoint else {
+            Issue.record("the checkpoint was not used: \(reopened.opening.checkpoint)")
             return
         }
-        #expect(events > 0 && events < reopened.recovery.events)
+        #expect(events > 0 && events < reopened.opening.events)
         let logged = try Self.logBytes(in: directory)
         #expect(skipped > 0 && skipped < logged)
         #expect(try await Self.contents(of: reopened, like: expected) == expected)
@@ -181,8 +181,8 @@ import Glibc
             try directory.write(bytes, to: "store.index")
             // A reader says why and changes nothing.
             let reader = try Self.open(directory, readOnly: true)
-            guard case .refused(let reason) = reader.recovery.checkpoint else {
-                Issue.record("\(damage): used \(reader.recovery.checkpoint)")
+            guard case .refused(let reason) = reader.opening.checkpoint else {
+                Issue.record("\(damage): used \(reader.opening.checkpoint)")
                 continue
             }
             #expect(!reason.isEmpty)
@@ -232,8 +232,8 @@ import Glibc
         for (damage, bytes) in cases {
             try directory.write(bytes, to: "store.index")
             let reader = try Self.open(directory, readOnly: true)
-            guard case .refused = reader.recovery.checkpoint else {
-                Issue.record("\(damage): used \(reader.recovery.checkpoint)")
+            guard case .refused = reader.opening.checkpoint else {
+                Issue.record("\(damage): used \(reader.opening.checkpoint)")
                 continue
             }
             #expect(try await Self.contents(of: reader, like: expected) == expected, "\(damage)")
@@ -254,8 +254,8 @@ import Glibc
         // Closing twice does nothing more.
         await writer.close()
         let reopened = try Self.open(directory)
-        guard case .used = reopened.recovery.checkpoint else {
-            Issue.record("the checkpoint was not used: \(reopened.recovery.checkpoint)")
+        guard case .used = reopened.opening.checkpoint else {
+            Issue.record("the checkpoint was not used: \(reopened.opening.checkpoint)")
             return
         }
         #expect(try await Self.contents(of: reopened, like: expected) == expected)
@@ -285,7 +285,7 @@ import Glibc
             try copy.write(damaged, to: names[0])
             for index in 1..<names.count { try copy.write(original[index], to: names[index]) }
             let reopened = try FileEventStore(directory: copy.path)
-            guard case .used = reopened.recovery.checkpoint else {
+            guard case .used = reopened.opening.checkpoint else {
                 Issue.record("trial \(trial): the checkpoint was not used")
                 continue
             }
@@ -334,8 +334,8 @@ import Glibc
         #expect(try Self.logBytes(in: first) == (try Self.logBytes(in: second)))
         try second.write(try first.contents(of: "store.index"), to: "store.index")
         let reopened = try Self.open(second)
-        guard case .refused(let reason) = reopened.recovery.checkpoint else {
-            Issue.record("used \(reopened.recovery.checkpoint)")
+        guard case .refused(let reason) = reopened.opening.checkpoint else {
+            Issue.record("used \(reopened.opening.checkpoint)")
             return
         }
         #expect(reason.contains("does not hold the bytes it covers"))
@@ -359,8 +359,8 @@ import Glibc
         }
         // From the checkpoint, the store opens, and a read of the damaged record fails naming it.
         let reopened = try FileEventStore(directory: directory.path)
-        guard case .used = reopened.recovery.checkpoint else {
-            Issue.record("the checkpoint was not used: \(reopened.recovery.checkpoint)")
+        guard case .used = reopened.opening.checkpoint else {
+            Issue.record("the checkpoint was not used: \(reopened.opening.checkpoint)")
             return
         }
         await #expect {

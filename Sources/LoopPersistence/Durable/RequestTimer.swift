@@ -9,13 +9,13 @@ internal import LoopRuntime
 /// stale ones outnumber the live ones.
 @usableFromInline
 final class RequestTimer: Sendable {
-    private struct Queue {
+    private struct Deadlines {
         var entries: [(deadline: Duration, id: UInt64)] = []
         var head = 0
     }
 
     private struct Waiting {
-        var queues: [Duration: Queue] = [:]
+        var queues: [Duration: Deadlines] = [:]
         var live: [UInt64: (waiter: any AnswerWaiter, timeout: Duration)] = [:]
         var entries = 0
         /// The deadline the sleeping task wakes at, and the task.
@@ -59,7 +59,7 @@ final class RequestTimer: Sendable {
             // Read under the lock, so each queue stays in deadline order.
             let deadline = elapsed() + timeout
             waiting.live[id] = (waiter, timeout)
-            waiting.queues[timeout, default: Queue()].entries.append((deadline, id))
+            waiting.queues[timeout, default: Deadlines()].entries.append((deadline, id))
             waiting.entries += 1
             guard let sleeper = waiting.sleeper, sleeper.until <= deadline else {
                 let previous = waiting.sleeper?.task

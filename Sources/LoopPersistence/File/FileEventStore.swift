@@ -25,15 +25,15 @@ internal import Darwin
 /// - **One writer**: the directory and its lock file (`store.lock`) are locked, admitting one open store
 ///   per directory; a second open, from this process or another, fails with
 ///   ``EventStoreError/Kind/unavailable(reason:)`` naming the holder, even if the lock file was deleted.
-/// - **Recovery on open**: a torn tail (a write the process did not finish) is truncated and reported
-///   in ``recovery``; damage before the tail is an error naming the file and offset. Nothing is skipped.
+/// - **Repair on open**: a torn tail (a write the process did not finish) is truncated and reported
+///   in ``opening``; damage before the tail is an error naming the file and offset. Nothing is skipped.
 /// - **Failed writes**: when a write or `fdatasync` fails (ENOSPC, EIO), the log is cut back to its last
 ///   good record and the append fails; nothing acknowledged is lost. After a failed `fdatasync` the
 ///   store refuses further writes (the kernel may have dropped the data) until it is opened again.
 ///
 /// - **Index checkpoint**: the index is saved when the store closes and when it seals a log file, and an
 ///   open reads it and only the log written after it; one that does not fit the log (damaged, or the
-///   log changed under it) is refused and the whole log read (``Recovery/checkpoint``).
+///   log changed under it) is refused and the whole log read (``Opening/checkpoint``).
 ///
 /// Memory holds an index of a few words per stream (see `Docs/Persistence.md`), not the history.
 public final class FileEventStore: AppendingWithCompletion {
@@ -46,13 +46,13 @@ public final class FileEventStore: AppendingWithCompletion {
         /// open) and on a read-only file system. Appends and saves fail with `unavailable`.
         public var readOnly: Bool
         /// Open the store even when acknowledged events are gone (a log file deleted or cut short
-        /// since the store last wrote its manifest); what is gone is in ``Recovery/lost``. Without it,
+        /// since the store last wrote its manifest); what is gone is in ``Opening/lost``. Without it,
         /// such a store does not open.
         public var acceptLoss: Bool
         /// Open from the index checkpoint (`store.index`) when it fits the log: read it and only the log
         /// written after it, not every log file. `false` reads the whole log, checking every record's
         /// checksum as it goes (what `loop-demo replay --store` does); a checkpoint that does not fit is
-        /// never used either way. See ``Recovery/checkpoint``.
+        /// never used either way. See ``Opening/checkpoint``.
         public var indexCheckpoint: Bool
         /// Which events the store keeps. With ``Retention/afterSnapshots(_:)``, a background compaction
         /// removes the rest: whenever a log file is sealed, the oldest log files whose records are at
@@ -92,7 +92,7 @@ public final class FileEventStore: AppendingWithCompletion {
     }
 
     /// What opening the store found.
-    public struct Recovery: Hashable, Sendable {
+    public struct Opening: Hashable, Sendable {
         /// The log files read (those compaction removed not counted).
         public var segments: Int
         /// The streams found.
@@ -189,7 +189,7 @@ public final class FileEventStore: AppendingWithCompletion {
     }
 
     /// What opening the store found: the files read, the streams and events, and a torn tail it cut.
-    public let recovery: Recovery
+    public let opening: Opening
 
     /// The directory.
     public let directory: String
@@ -209,7 +209,7 @@ public final class FileEventStore: AppendingWithCompletion {
     /// another process) while this store runs; the directory cannot be, while it holds the log.
     private let directoryDescriptor: Int32
 
-    /// Opens (or creates) the store in `directory`, recovering what is there.
+    /// Opens (or creates) the store in `directory`, repairing a torn tail.
     ///
     /// - Throws: ``EventStoreError`` when another store holds the directory (`unavailable`), when the log
     ///   is damaged before its tail (`corrupted`, naming the file and offset), or on an I/O failure.
@@ -228,8 +228,8 @@ public final class FileEventStore: AppendingWithCompletion {
         self.io = io
         if options.readOnly {
             (lockDescriptor, directoryDescriptor) = (-1, -1)
-            let opened = try Self.recoverReading(directory: directory, io: io, options: options)
-            recovery = opened.recovery
+            let opened = try Self.readLogReadOnly(directory: directory, io: io, options: options)
+            opening = opened.opening
             shared = Locked(Shared(opened))
             return
         }
@@ -237,17 +237,17 @@ public final class FileEventStore: AppendingWithCompletion {
         (lockDescriptor, directoryDescriptor) = try Self.lock(directory)
         var descriptors: [Int32] = []
         do throws(EventStoreError) {
-            var opened = try Self.recover(directory: directory, io: io, options: options)
+            var opened = try Self.readLog(directory: directory, io: io, options: options)
             descriptors = opened.segments
             if opened.segments.count == opened.first {
                 let descriptor = try Files.openFile(Self.path(of: opened.segments.count, in: directory), create: true)
                 opened.segments.append(descriptor)
                 descriptors = opened.segments
                 opened.size = 0
-                opened.recovery.segments = 1
+                opened.opening.segments = 1
                 try Files.syncDirectory(directory)
             }
-            recovery = opened.recovery
+            opening = opened.opening
             shared = Locked(Shared(opened))
         } catch {
             for descriptor in descriptors { Files.release(descriptor) }
@@ -259,7 +259,7 @@ public final class FileEventStore: AppendingWithCompletion {
         writeManifest(clean: false)
         // A checkpoint this open did not use (refused, or not asked for) may stop fitting the log as this
         // store writes (a cut below what it covers, then the same lengths written again): it goes.
-        if case .used = recovery.checkpoint {} else { IndexCheckpoint.remove(in: directory) }
+        if case .used = opening.checkpoint {} else { IndexCheckpoint.remove(in: directory) }
     }
 
     deinit {
@@ -321,8 +321,8 @@ public final class FileEventStore: AppendingWithCompletion {
     ) async throws
         -> UInt64
     {
-        if let settled = try settledAppend(payloads, to: stream, expecting: expectedVersion).get() {
-            return settled
+        if let decided = try immediateOutcome(payloads, to: stream, expecting: expectedVersion).get() {
+            return decided
         }
         return try await withCheckedThrowingContinuation { continuation in
             submit(
@@ -341,7 +341,7 @@ public final class FileEventStore: AppendingWithCompletion {
         expecting expectedVersion: UInt64,
         then completion: @escaping @Sendable (Result<UInt64, EventStoreError>) -> Void
     ) {
-        switch settledAppend(payloads, to: stream, expecting: expectedVersion) {
+        switch immediateOutcome(payloads, to: stream, expecting: expectedVersion) {
         case .success(let settled?): completion(.success(settled))
         case .failure(let error): completion(.failure(error))
         case .success(nil):
@@ -350,7 +350,7 @@ public final class FileEventStore: AppendingWithCompletion {
     }
 
     /// The outcome of an append decided without the writer (an empty batch, one too large), or `nil`.
-    private func settledAppend(
+    private func immediateOutcome(
         _ payloads: [[UInt8]],
         to stream: String,
         expecting expectedVersion: UInt64
@@ -488,8 +488,8 @@ public final class FileEventStore: AppendingWithCompletion {
                     shared.readers -= 1
                     return []
                 }
-                shared.draining[epoch, default: 1] -= 1
-                if shared.draining[epoch] == 0 { shared.draining[epoch] = nil }
+                shared.lingeringReads[epoch, default: 1] -= 1
+                if shared.lingeringReads[epoch] == 0 { shared.lingeringReads[epoch] = nil }
                 return shared.releasable()
             }
             for descriptor in unused { Files.release(descriptor) }
@@ -618,10 +618,10 @@ public final class FileEventStore: AppendingWithCompletion {
         /// Reads under way (``reading(_:_:)``), and the descriptors of removed log files they may
         /// still use: closed when none runs.
         /// Reads under way that started in this epoch; each removal of a log file starts a new one, and
-        /// the reads of earlier epochs still under way are counted in `draining`.
+        /// the reads of earlier epochs still under way are counted in `lingeringReads`.
         var readers = 0
         var epoch: UInt64 = 0
-        var draining: [UInt64: Int] = [:]
+        var lingeringReads: [UInt64: Int] = [:]
         /// Descriptors of removed log files, with the epoch they were removed in: reads of that epoch or
         /// before may still use them.
         var retired: [(descriptor: Int32, epoch: UInt64)] = []
@@ -630,7 +630,7 @@ public final class FileEventStore: AppendingWithCompletion {
         /// their removal have all ended).
         mutating func releasable() -> [Int32] {
             guard !retired.isEmpty else { return [] }
-            let oldest = draining.keys.min() ?? epoch
+            let oldest = lingeringReads.keys.min() ?? epoch
             let unused = retired.filter { $0.epoch < oldest }.map(\.descriptor)
             if !unused.isEmpty { retired.removeAll { $0.epoch < oldest } }
             return unused
@@ -648,7 +648,7 @@ public final class FileEventStore: AppendingWithCompletion {
             segments = opened.segments
             size = opened.size
             allocated = max(opened.allocated, opened.size)
-            events = opened.recovery.events
+            events = opened.opening.events
             manifestSequence = opened.manifestSequence
             sealed = opened.sizes.dropLast().reduce(0, +)
             sealedFiles = opened.sealedFiles
@@ -941,7 +941,7 @@ public final class FileEventStore: AppendingWithCompletion {
     private func write(_ batch: inout Batch) -> (error: EventStoreError, breaks: Bool)? {
         let path = Self.path(of: batch.segment, in: directory)
         var done = 0
-        var failure: (code: Int32, action: String)?
+        var failure: (code: Int32, operation: String)?
         batch.bytes.withUnsafeBytes { bytes in
             while done < bytes.count {
                 let written = io.write(
@@ -964,14 +964,14 @@ public final class FileEventStore: AppendingWithCompletion {
             if code != 0 { failure = (-code, "sync \(path)") }
         }
         guard let failure else { return nil }
-        let error = EventStoreError(.io(code: failure.code, action: failure.action))
+        let error = EventStoreError(.io(code: failure.code, operation: failure.operation))
         // Cut back to the last good record, so no half record stays before the next good one.
         var cut = io.truncate(batch.descriptor, to: batch.size)
         if cut == 0 { cut = io.sync(batch.descriptor) }
         shared.withLock { $0.allocated = batch.size }
         // After a failed fdatasync the kernel may have dropped the written pages: what the file holds is
         // unknown, so the store stops writing until it is opened (and its log read) again.
-        return (error, cut != 0 || failure.action.hasPrefix("sync"))
+        return (error, cut != 0 || failure.operation.hasPrefix("sync"))
     }
 
     /// Writes zeros after `end` in the last log file, up to one chunk (4 MiB, or a segment if smaller),
@@ -1073,7 +1073,7 @@ public final class FileEventStore: AppendingWithCompletion {
             // A failed fdatasync leaves the file's contents unknown: the store stops writing.
             if synced != 0 {
                 shared.broken = Self.broken(
-                    by: EventStoreError(.io(code: -synced, action: "sync \(Self.path(of: segment, in: directory))")),
+                    by: EventStoreError(.io(code: -synced, operation: "sync \(Self.path(of: segment, in: directory))")),
                     in: directory
                 )
             }
@@ -1387,7 +1387,7 @@ public final class FileEventStore: AppendingWithCompletion {
             shared.segments[segment] = -1
             // A read that took the descriptors before may still use this one.
             shared.retired.append((descriptor, shared.epoch))
-            if shared.readers > 0 { shared.draining[shared.epoch] = shared.readers }
+            if shared.readers > 0 { shared.lingeringReads[shared.epoch] = shared.readers }
             shared.readers = 0
             shared.epoch += 1
             for unused in shared.releasable() { Files.release(unused) }
@@ -1524,7 +1524,7 @@ public final class FileEventStore: AppendingWithCompletion {
         var size = 0
         /// The last log file's length, when zeros written ahead follow its good part.
         var allocated = 0
-        var recovery = Recovery(segments: 0, streams: 0, events: 0, truncated: nil)
+        var opening = Opening(segments: 0, streams: 0, events: 0, truncated: nil)
         /// The sequence number of the manifest found (0 for none).
         var manifestSequence: UInt64 = 0
         /// The committed bytes of each log file.
@@ -1539,10 +1539,10 @@ public final class FileEventStore: AppendingWithCompletion {
         var keep = 1
     }
 
-    /// ``recover(directory:io:options:)`` for a read-only open, which may read a store another process
+    /// ``readLog(directory:io:options:)`` for a read-only open, which may read a store another process
     /// is writing: a batch half copied into the file as it is read looks damaged, so damage is read
     /// again, twice, before it is taken for damage.
-    private static func recoverReading(
+    private static func readLogReadOnly(
         directory: String,
         io: any StoreIO,
         options: Options
@@ -1550,7 +1550,7 @@ public final class FileEventStore: AppendingWithCompletion {
         var attempt = 1
         while true {
             do {
-                return try recover(directory: directory, io: io, options: options)
+                return try readLog(directory: directory, io: io, options: options)
             } catch {
                 // A log file removed by compaction as it was listed is missing, as it is opened.
                 var again = false
@@ -1564,7 +1564,7 @@ public final class FileEventStore: AppendingWithCompletion {
 
     /// Reads every log file in order, rebuilding the index; checks the log against the manifest (a log
     /// file missing or cut short is loss); then cuts a torn tail off the last file, unless read-only.
-    private static func recover(
+    private static func readLog(
         directory: String,
         io: any StoreIO,
         options: Options
@@ -1580,7 +1580,7 @@ public final class FileEventStore: AppendingWithCompletion {
                 // opened on a guess.
                 guard options.acceptLoss, case .corrupted = error.kind else { throw error }
                 manifest = nil
-                opened.recovery.lost = Loss(events: 0, reason: "\(error); the log was read without it")
+                opened.opening.lost = Loss(events: 0, reason: "\(error); the log was read without it")
             }
             opened.manifestSequence = manifest?.sequence ?? 0
             var numbers = try Files.names(in: directory).compactMap(segmentNumber).sorted()
@@ -1612,9 +1612,9 @@ public final class FileEventStore: AppendingWithCompletion {
                 options.indexCheckpoint ? usableCheckpoint(in: directory, sizes: sizes, opened: &opened) : nil
             if let checkpoint {
                 opened.streams = checkpoint.streams
-                opened.recovery.events = checkpoint.events
+                opened.opening.events = checkpoint.events
                 opened.checkpointed = checkpoint.segments.reduce(0) { $0 + $1.committed }
-                opened.recovery.checkpoint = .used(events: checkpoint.events, skippedBytes: opened.checkpointed)
+                opened.opening.checkpoint = .used(events: checkpoint.events, skippedBytes: opened.checkpointed)
             }
             var tail: (descriptor: Int32, path: String, good: Int, size: Int, ahead: Bool)?
             opened.sizes = Array(repeating: 0, count: first)
@@ -1656,7 +1656,7 @@ public final class FileEventStore: AppendingWithCompletion {
                         )
                     )
                 }
-                opened.recovery.lost = loss
+                opened.opening.lost = loss
             }
             if let tail, tail.good < tail.size, tail.ahead {
                 opened.allocated = tail.size
@@ -1666,7 +1666,7 @@ public final class FileEventStore: AppendingWithCompletion {
                         throw Files.error("cut the unfinished write at offset \(tail.good) of \(tail.path)")
                     }
                 }
-                opened.recovery.truncated = TruncatedTail(
+                opened.opening.truncated = TruncatedTail(
                     file: tail.path,
                     offset: tail.good,
                     bytes: tail.size - tail.good
@@ -1676,13 +1676,13 @@ public final class FileEventStore: AppendingWithCompletion {
             for descriptor in opened.segments where descriptor >= 0 { Files.release(descriptor) }
             throw error
         }
-        opened.recovery.segments = opened.segments.count - opened.first
-        opened.recovery.streams = opened.streams.count
+        opened.opening.segments = opened.segments.count - opened.first
+        opened.opening.streams = opened.streams.count
         return opened
     }
 
     /// The index checkpoint in `directory` if it fits the log files open in `opened` (of lengths
-    /// `sizes`); otherwise `nil`, with the reason it was refused in `opened.recovery.checkpoint`.
+    /// `sizes`); otherwise `nil`, with the reason it was refused in `opened.opening.checkpoint`.
     private static func usableCheckpoint(
         in directory: String,
         sizes: [Int],
@@ -1695,11 +1695,11 @@ public final class FileEventStore: AppendingWithCompletion {
         case .success(let found?):
             checkpoint = found
         case .failure(let problem):
-            opened.recovery.checkpoint = .refused(reason: problem.reason)
+            opened.opening.checkpoint = .refused(reason: problem.reason)
             return nil
         }
         func refuse(_ reason: String) -> IndexCheckpoint? {
-            opened.recovery.checkpoint = .refused(reason: reason)
+            opened.opening.checkpoint = .refused(reason: reason)
             return nil
         }
         guard checkpoint.tracking >= opened.keep else {
@@ -1741,7 +1741,7 @@ public final class FileEventStore: AppendingWithCompletion {
         opened: Opened,
         in directory: String
     ) -> Loss? {
-        let gone = manifest.events > opened.recovery.events ? manifest.events - opened.recovery.events : 0
+        let gone = manifest.events > opened.opening.events ? manifest.events - opened.opening.events : 0
         if segments < manifest.segments {
             let first = path(of: segments, in: directory)
             let files =
@@ -1765,7 +1765,7 @@ public final class FileEventStore: AppendingWithCompletion {
             )
         }
         if gone > 0 {
-            return Loss(events: gone, reason: "the log holds \(opened.recovery.events) of \(manifest.events) events")
+            return Loss(events: gone, reason: "the log holds \(opened.opening.events) of \(manifest.events) events")
         }
         return nil
     }
@@ -1896,7 +1896,7 @@ public final class FileEventStore: AppendingWithCompletion {
     /// Adds a committed record to the index, or says why it does not fit the history. `relocating` holds
     /// the streams whose relocation the batch holds, with the version each must reach.
     ///
-    /// `recovery.events` stays the sum of the streams' versions: a relocation's records take a stream
+    /// `opening.events` stays the sum of the streams' versions: a relocation's records take a stream
     /// back and forward to where it was (so the sum wraps in between, and comes back).
     private static func apply(
         _ record: LogRecord,
@@ -1926,7 +1926,7 @@ public final class FileEventStore: AppendingWithCompletion {
             }
             entry.appended(first: first, count: payloads.count, at: location)
             opened.streams[stream] = entry
-            opened.recovery.events = opened.recovery.events &- before &+ entry.version
+            opened.opening.events = opened.opening.events &- before &+ entry.version
         case .relocated(let stream, let first, let previous, let payloads):
             var entry = opened.streams[stream] ?? StreamEntry()
             let before = entry.version
@@ -1954,7 +1954,7 @@ public final class FileEventStore: AppendingWithCompletion {
                 entry.appended(first: first, count: payloads.count, at: location)
             }
             opened.streams[stream] = entry
-            opened.recovery.events = opened.recovery.events &- before &+ entry.version
+            opened.opening.events = opened.opening.events &- before &+ entry.version
         case .snapshot(let snapshot):
             var entry = opened.streams[snapshot.stream] ?? StreamEntry()
             if snapshot.version > entry.version {
@@ -1964,7 +1964,7 @@ public final class FileEventStore: AppendingWithCompletion {
                         "a snapshot of '\(snapshot.stream)' at version \(snapshot.version), past \(entry.version)"
                     )
                 }
-                opened.recovery.events = opened.recovery.events &- entry.version &+ snapshot.version
+                opened.opening.events = opened.opening.events &- entry.version &+ snapshot.version
                 entry.version = snapshot.version
             }
             entry.saved(snapshot.version, at: location, keep: opened.keep)

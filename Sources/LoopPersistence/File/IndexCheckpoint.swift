@@ -168,7 +168,7 @@ struct IndexCheckpoint {
         /// Writes what is buffered.
         mutating func flush() throws(EventStoreError) {
             checksum = bytes.withUnsafeBytes { CRC32.checksum($0, continuing: checksum) }
-            try drain()
+            try writeBuffered()
         }
 
         /// Adds the trailer and writes the rest.
@@ -177,10 +177,10 @@ struct IndexCheckpoint {
             let length = UInt64(written + bytes.count)
             put(checksum)
             put(length)
-            try drain()
+            try writeBuffered()
         }
 
-        private mutating func drain() throws(EventStoreError) {
+        private mutating func writeBuffered() throws(EventStoreError) {
             var done = 0
             var failure: Int32 = 0
             bytes.withUnsafeBytes { buffer in

@@ -42,8 +42,8 @@ package struct SystemIO: StoreIO {
 
 /// Plain file operations the store needs, each failing with an ``EventStoreError`` that names the file.
 enum Files {
-    static func error(_ action: String, code: Int32 = errno) -> EventStoreError {
-        EventStoreError(.io(code: code, action: action))
+    static func error(_ operation: String, code: Int32 = errno) -> EventStoreError {
+        EventStoreError(.io(code: code, operation: operation))
     }
 
     /// Opens `path`, creating it when `create`; for reading only when `readOnly`.

@@ -88,15 +88,15 @@ enum StreamIndex {
 /// Measured on `loop-bench`'s w9 (a million streams of one event each): the compact table is what
 /// keeps the peak resident growth near the live loops' (see `Docs/Persistence.md`).
 struct StreamTable: Sendable {
-    struct Core: Sendable {
+    struct Head: Sendable {
         var version: UInt64
         var tail: Location
     }
 
     static let shardCount = 64
 
-    private var shards = [OpenTable<Core>](
-        repeating: OpenTable(empty: Core(version: 0, tail: .none)),
+    private var shards = [OpenTable<Head>](
+        repeating: OpenTable(empty: Head(version: 0, tail: .none)),
         count: shardCount
     )
     private var snapshots: [String: [StreamEntry.SnapshotRef]] = [:]
@@ -110,13 +110,13 @@ struct StreamTable: Sendable {
 
     subscript(stream: String) -> StreamEntry? {
         get {
-            let core = shards[Self.shard(of: stream)].value(for: stream)
+            let head = shards[Self.shard(of: stream)].value(for: stream)
             // The side tables are empty in many stores (no snapshots, no compaction): no lookup then.
             let snapshot = snapshots.isEmpty ? nil : snapshots[stream]
-            guard core != nil || snapshot != nil else { return nil }
+            guard head != nil || snapshot != nil else { return nil }
             var entry = StreamEntry()
-            entry.version = core?.version ?? 0
-            entry.tail = core?.tail ?? .none
+            entry.version = head?.version ?? 0
+            entry.tail = head?.tail ?? .none
             entry.snapshots = snapshot ?? []
             entry.checkpoints = checkpoints.isEmpty ? [] : checkpoints[stream] ?? []
             entry.chainStart = chainStarts.isEmpty ? .none : chainStarts[stream] ?? .none
@@ -126,7 +126,7 @@ struct StreamTable: Sendable {
             let shard = Self.shard(of: stream)
             // Streams are never removed: a store only grows.
             guard let entry = newValue else { return }
-            if shards[shard].update(Core(version: entry.version, tail: entry.tail), for: stream) { count += 1 }
+            if shards[shard].update(Head(version: entry.version, tail: entry.tail), for: stream) { count += 1 }
             // A stream that was never relocated only gains snapshots and checkpoints: nothing to clear.
             // A relocated one (a chain start) may have dropped its old chain's checkpoints.
             if entry.chainStart == .none {
@@ -163,10 +163,10 @@ struct StreamTable: Sendable {
     /// Calls `body` with every stream and its entry, in no particular order.
     func forEveryStream<Failure: Error>(_ body: (String, StreamEntry) throws(Failure) -> Void) throws(Failure) {
         for shard in shards {
-            try shard.forEveryKey { (stream: String, core: Core) throws(Failure) in
+            try shard.forEveryKey { (stream: String, head: Head) throws(Failure) in
                 var entry = StreamEntry()
-                entry.version = core.version
-                entry.tail = core.tail
+                entry.version = head.version
+                entry.tail = head.tail
                 entry.snapshots = snapshots[stream] ?? []
                 entry.checkpoints = checkpoints[stream] ?? []
                 entry.chainStart = chainStarts[stream] ?? .none
