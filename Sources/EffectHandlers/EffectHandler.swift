@@ -1,6 +1,6 @@
 public import LoopCore
 
-/// A type that performs one kind of effect and reports its outcome as events.
+/// A type that performs one kind of effect and sends its outcome back as events.
 ///
 /// The loop calls ``handle(_:send:)`` once per effect, in a task of its own. Returning means the effect
 /// is done; task cancellation is the only stop signal (the loop cancels an effect when its policy or
@@ -19,7 +19,7 @@ public import LoopCore
 public protocol EffectHandler<Effect, Event>: Sendable {
     /// The effect this handler performs.
     associatedtype Effect: Sendable
-    /// The events it reports.
+    /// The events it sends back.
     associatedtype Event: Sendable
 
     /// Performs `effect`, sending zero or more events back to the loop.

@@ -63,7 +63,7 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     let lifecycleOf: @Sendable (Effect) -> EffectLifecycle
     /// The grace period an effect asks its loop to stop with, for an effect that does.
     @usableFromInline
-    package internal(set) var stopRequest: (@Sendable (Effect) -> Duration?)?
+    package internal(set) var stopOn: (@Sendable (Effect) -> Duration?)?
     /// The code run around every handler, with the context carried from the send (see ``scoped(_:)``).
     @usableFromInline
     package internal(set) var scope: EffectScope<Effect>?
@@ -188,10 +188,10 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     @inlinable
     public func stopLoop(on extract: @escaping @Sendable (Effect) -> Duration?) -> EffectRouter {
         var copy = self
-        if let earlier = stopRequest {
-            copy.stopRequest = { effect in extract(effect) ?? earlier(effect) }
+        if let earlier = stopOn {
+            copy.stopOn = { effect in extract(effect) ?? earlier(effect) }
         } else {
-            copy.stopRequest = extract
+            copy.stopOn = extract
         }
         return copy
     }
@@ -216,7 +216,7 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     ) -> EffectRouter<Effect, Outer> {
         var outer = EffectRouter<Effect, Outer>(lifecycleOf: lifecycleOf)
         outer.hasAsyncRoutes = hasAsyncRoutes
-        outer.stopRequest = stopRequest
+        outer.stopOn = stopOn
         outer.scope = scope
         outer.routes = routes.map { route in
             switch route.performer {
@@ -244,7 +244,7 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     }
 
     /// The same routes for a loop whose effects are `Outer`: an outer effect `extract` turns into one of
-    /// these effects is performed by its route, with its lifecycle, error mapping and stop request; any
+    /// these effects is performed by its route, with its lifecycle, error mapping and what stops the loop; any
     /// other outer effect is left to routes added afterwards (``EffectLifecycle/concurrent(_:timeout:)``
     /// unless they say otherwise through a later ``stopLoop(on:)``).
     ///
@@ -315,8 +315,8 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         if let errorMapping {
             outer.errorMapping = { effect, error in extract(effect).flatMap { errorMapping($0, error) } }
         }
-        if let stopRequest {
-            outer.stopRequest = { effect in extract(effect).flatMap(stopRequest) }
+        if let stopOn {
+            outer.stopOn = { effect in extract(effect).flatMap(stopOn) }
         }
         outer.scope = scope?.lifted(extract, context: context)
         return outer
@@ -358,7 +358,7 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     }
 
     /// This router's routes, then `other`'s: an effect goes to the first route that takes it, with the
-    /// lifecycle, error mapping and stop request of the router whose route that is.
+    /// lifecycle, error mapping and what stops the loop, of the router whose route that is.
     ///
     /// How a parent puts its features' routers, and its own, into one table.
     @inlinable
@@ -375,8 +375,8 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
                     ? mine.errorMapping?(effect, error) : other.errorMapping?(effect, error)
             }
         }
-        if stopRequest != nil || other.stopRequest != nil {
-            combined.stopRequest = { effect in mine.stopRequest?(effect) ?? other.stopRequest?(effect) }
+        if stopOn != nil || other.stopOn != nil {
+            combined.stopOn = { effect in mine.stopOn?(effect) ?? other.stopOn?(effect) }
         }
         combined.scope = scope ?? other.scope
         return combined

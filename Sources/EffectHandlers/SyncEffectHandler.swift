@@ -10,7 +10,7 @@ public import LoopCore
 public protocol SyncEffectHandler<Effect, Event>: Sendable {
     /// The effect this handler performs.
     associatedtype Effect: Sendable
-    /// The events it reports.
+    /// The events it sends back.
     associatedtype Event: Sendable
 
     /// Performs `effect` without waiting, sending zero or more events back to the loop.

@@ -30,7 +30,7 @@ extension JobRunner {
 
     /// Reports that a retry is due. The backoff is not slept here: `retryAfter` is a delayed effect
     /// (``JobRunner/Effect/lifecycle``), so the loop starts this handler once the delay has passed on its
-    /// clock, and a `stopRetry` cancels it while it waits.
+    /// clock, and a `cancelRetry` cancels it while it waits.
     public struct RetryHandler: EffectHandler {
         /// Creates the handler.
         public init() {}
@@ -71,7 +71,7 @@ extension JobRunner {
                 to: RetryHandler()
             )
             .route(
-                { if case .report(let line) = $0 { line } else { nil } },
+                { if case .say(let line) = $0 { line } else { nil } },
                 to: ClosureSyncEffectHandler { line, _ in console.line(line) }
             )
             // A durable loop hands its answers over itself, once recorded; this route serves the others.

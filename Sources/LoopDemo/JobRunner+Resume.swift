@@ -18,14 +18,14 @@ extension JobRunner {
     /// - Queued jobs need nothing: they start as running ones end, as before.
     public static func resume(_ state: State) -> [Effect] {
         if state.shuttingDown {
-            return [.report("the recorded run had ended"), .stop(gracePeriod: state.gracePeriod)]
+            return [.say("the recorded run had ended"), .stop(gracePeriod: state.gracePeriod)]
         }
         var effects: [Effect] = []
         for job in state.ordered {
             switch job.status {
             case .running(let attempt):
                 effects.append(
-                    .report("resuming \(job.spec.name) (attempt \(attempt)): it was running when the demo stopped")
+                    .say("resuming \(job.spec.name) (attempt \(attempt)): it was running when the demo stopped")
                 )
                 effects.append(
                     .run(name: job.spec.name, attempt: attempt, command: job.spec.command, timeout: job.spec.timeout)

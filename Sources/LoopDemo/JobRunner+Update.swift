@@ -10,13 +10,13 @@ extension JobRunner {
         case .request(let spec, let replyTo):
             submit(spec, &state, &effects)
             // What became of it, as the report says it.
-            if case .report(let line) = effects.last { effects.append(.answer(replyTo.reply(line))) }
+            if case .say(let line) = effects.last { effects.append(.answer(replyTo.reply(line))) }
         case .exited(let name, let attempt, let status, let output, let errors):
             guard state.jobs[name]?.status == .running(attempt: attempt) else { break }
             state.jobs[name]?.output = output
             if status == 0 {
                 state.jobs[name]?.status = .succeeded(attempts: attempt)
-                effects.append(.report("\(name) succeeded" + (attempt > 1 ? " on attempt \(attempt)" : "")))
+                effects.append(.say("\(name) succeeded" + (attempt > 1 ? " on attempt \(attempt)" : "")))
             } else {
                 fail(name, attempt: attempt, reason: "exit status \(status)" + errorTail(errors), &state, &effects)
             }
@@ -36,7 +36,7 @@ extension JobRunner {
         case .metricsRequested:
             effects.append(.printMetrics)
         case .statusRequested:
-            effects += state.ordered.map { .report("  \($0.spec.name): \(describe($0))") }
+            effects += state.ordered.map { .say("  \($0.spec.name): \(describe($0))") }
         case .tick:
             let done = state.jobs.values.count(where: \.status.isFinal)
             effects.append(
@@ -57,14 +57,14 @@ extension JobRunner {
                     state.jobs[name]?.status = .cancelled
                 case .waitingToRetry:
                     state.jobs[name]?.status = .cancelled
-                    effects.append(.stopRetry(name: name))
+                    effects.append(.cancelRetry(name: name))
                 default:
                     break
                 }
             }
             state.queue = []
             effects.append(
-                .report("shutting down: \(state.runningCount) running, given \(state.gracePeriod.seconds) to finish")
+                .say("shutting down: \(state.runningCount) running, given \(state.gracePeriod.seconds) to finish")
             )
             effects.append(.stop(gracePeriod: state.gracePeriod))
         }
@@ -75,21 +75,21 @@ extension JobRunner {
 
     private static func submit(_ spec: Spec, _ state: inout State, _ effects: inout [Effect]) {
         if state.shuttingDown {
-            effects.append(.report("rejected \(spec.name): shutting down"))
+            effects.append(.say("rejected \(spec.name): shutting down"))
         } else if spec.name.isEmpty || spec.command.isEmpty {
-            effects.append(.report("rejected: a job needs a name and a command"))
+            effects.append(.say("rejected: a job needs a name and a command"))
         } else if spec.name.utf8.contains(0) || spec.command.utf8.contains(0) {
             // A NUL ends the command the shell sees: what ran would not be what was recorded.
-            effects.append(.report("rejected: a job's name and command cannot contain a NUL character"))
+            effects.append(.say("rejected: a job's name and command cannot contain a NUL character"))
         } else if state.jobs[spec.name] != nil {
-            effects.append(.report("rejected \(spec.name): a job with this name exists"))
+            effects.append(.say("rejected \(spec.name): a job with this name exists"))
         } else if spec.retries < 0 {
-            effects.append(.report("rejected \(spec.name): retries cannot be negative"))
+            effects.append(.say("rejected \(spec.name): retries cannot be negative"))
         } else {
             state.jobs[spec.name] = Job(spec: spec)
             state.order.append(spec.name)
             state.queue.append(spec.name)
-            effects.append(.report("queued \(spec.name)"))
+            effects.append(.say("queued \(spec.name)"))
         }
     }
 
@@ -105,33 +105,33 @@ extension JobRunner {
             let delay = backoff(base: state.backoff, retry: attempt)
             state.jobs[name]?.status = .waitingToRetry(attempt: attempt + 1)
             effects.append(
-                .report("\(name) failed (\(reason)), retry \(attempt) of \(job.spec.retries) in \(delay.seconds)")
+                .say("\(name) failed (\(reason)), retry \(attempt) of \(job.spec.retries) in \(delay.seconds)")
             )
             effects.append(.retryAfter(name: name, attempt: attempt + 1, delay: delay))
         } else {
             state.jobs[name]?.status = .failed(attempts: attempt, reason: reason)
-            effects.append(.report("\(name) failed after \(attempt) attempt\(attempt == 1 ? "" : "s"): \(reason)"))
+            effects.append(.say("\(name) failed after \(attempt) attempt\(attempt == 1 ? "" : "s"): \(reason)"))
         }
     }
 
     private static func cancel(_ name: String, _ state: inout State, _ effects: inout [Effect]) {
         guard let job = state.jobs[name] else {
-            effects.append(.report("cannot cancel \(name): no such job"))
+            effects.append(.say("cannot cancel \(name): no such job"))
             return
         }
         switch job.status {
         case .queued:
             state.queue.removeAll { $0 == name }
         case .running:
-            effects.append(.stopRun(name: name))
+            effects.append(.cancelRun(name: name))
         case .waitingToRetry:
-            effects.append(.stopRetry(name: name))
+            effects.append(.cancelRetry(name: name))
         case .succeeded, .failed, .cancelled:
-            effects.append(.report("cannot cancel \(name): it already \(describe(job))"))
+            effects.append(.say("cannot cancel \(name): it already \(describe(job))"))
             return
         }
         state.jobs[name]?.status = .cancelled
-        effects.append(.report("\(name) cancelled"))
+        effects.append(.say("\(name) cancelled"))
     }
 
     /// Starts waiting jobs while there is room.
@@ -142,7 +142,7 @@ extension JobRunner {
             job.attempts += 1
             job.status = .running(attempt: job.attempts)
             state.jobs[name] = job
-            effects.append(.report("started \(name)" + (job.attempts > 1 ? " (attempt \(job.attempts))" : "")))
+            effects.append(.say("started \(name)" + (job.attempts > 1 ? " (attempt \(job.attempts))" : "")))
             effects.append(
                 .run(name: name, attempt: job.attempts, command: job.spec.command, timeout: job.spec.timeout)
             )

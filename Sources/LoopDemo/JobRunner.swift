@@ -167,12 +167,12 @@ public enum JobRunner {
         case run(name: String, attempt: Int, command: String, timeout: Duration?)
         /// Send `.retryDue` after `delay`.
         case retryAfter(name: String, attempt: Int, delay: Duration)
-        /// Stop a job's running attempt.
-        case stopRun(name: String)
-        /// Stop a job's pending retry.
-        case stopRetry(name: String)
+        /// Cancel a job's running attempt.
+        case cancelRun(name: String)
+        /// Cancel a job's pending retry.
+        case cancelRetry(name: String)
         /// Print a line of progress.
-        case report(String)
+        case say(String)
         /// Print the loop's metrics.
         case printMetrics
         /// Print a line about a problem with the input, to standard error.
@@ -189,9 +189,9 @@ public enum JobRunner {
             switch self {
             case .run(let name, _, _, let timeout): .concurrent("run-\(name)", timeout: timeout)
             case .retryAfter(let name, _, let delay): .delayed(by: delay, key: "retry-\(name)")
-            case .stopRun(let name): .cancel("run-\(name)")
-            case .stopRetry(let name): .cancel("retry-\(name)")
-            case .report, .problem, .progress, .stop, .printMetrics, .answer: .concurrent()
+            case .cancelRun(let name): .cancel("run-\(name)")
+            case .cancelRetry(let name): .cancel("retry-\(name)")
+            case .say, .problem, .progress, .stop, .printMetrics, .answer: .concurrent()
             }
         }
     }

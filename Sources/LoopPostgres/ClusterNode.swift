@@ -768,7 +768,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         // A settled entity's mark is cleared below: a row read for it in the same heartbeat marks it again.
         let known = marks.subtracting(settled.map(\.0))
         let holder = self.holder
-        // The decisions are the ownership program's (`Ownership.update`); this heartbeat performs them.
+        // The decisions are the ownership program's (`Ownership.update`); this heartbeat carries them out.
         var doomed: [String] = []
         var unlock: Set<Int> = []
         for effect in Ownership.update(&begun, .heartbeat(at: .now, quiet: quietReleasing)) {
@@ -1279,17 +1279,17 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// their marks to be cleared. So a node keeps in memory, and a taker wakes, the entities with work
     /// under way, not every entity it ever served.
     private func passivateSettled() -> [(String, Int)] {
-        let idle = configuration.passivateSettledAfter
+        let quietFor = configuration.passivateSettledAfter
         let now = ContinuousClock.now
         let candidates = ledger.withLock { ledger -> [(String, Int)] in
             var candidates: [(String, Int)] = []
             for (entity, shard) in ledger.awake where ledger.ownership.owned.contains(shard) {
-                // Marked but never sent an event here (its row dead-lettered, say): idle from now.
+                // Marked but never sent an event here (its row dead-lettered, say): quiet from now.
                 guard let last = ledger.lastActive[entity] else {
                     ledger.lastActive[entity] = now
                     continue
                 }
-                if now - last >= idle { candidates.append((entity, shard)) }
+                if now - last >= quietFor { candidates.append((entity, shard)) }
             }
             return candidates
         }
@@ -1298,7 +1298,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         for (entity, shard) in candidates {
             guard settled.count < 1_000 else { break }
             // A failed entity, one not recovered yet, or one with work under way stays marked, and is
-            // looked at again after another idle period (so entities that never settle do not hold back
+            // looked at again after another quiet period (so entities that never settle do not hold back
             // those that do).
             guard let state = group.state(of: entity), resume(state).isEmpty, group.passivate(entity) else {
                 busy.append(entity)

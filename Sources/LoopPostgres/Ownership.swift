@@ -3,7 +3,7 @@ package import LoopCore
 /// What a cluster node knows and decides about shard ownership, as a pure program: its state is the
 /// node's view (the shards it holds, those it is handing over, the other nodes seen with an expired
 /// lease and since when), its events are what the database said, and its effects are the lock and
-/// session operations the node's heartbeat then performs. ``ClusterSession`` drives it, one heartbeat at
+/// session operations the node's heartbeat then carries out. ``ClusterSession`` drives it, one heartbeat at
 /// a time; every decision is here, tested as values (`OwnershipTests`).
 ///
 /// | event | the view changes | effects |
@@ -42,7 +42,7 @@ package struct Ownership: Hashable, Sendable {
         case refused(shard: Int)
     }
 
-    /// A lock or session operation for the heartbeat to perform.
+    /// A lock or session operation for the heartbeat to carry out.
     package enum Effect: Hashable, Sendable {
         /// End the lock sessions of these nodes (their lease expired): frees their shards, fences them.
         case endSessions(of: [String])

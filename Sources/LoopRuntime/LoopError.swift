@@ -1,4 +1,4 @@
-/// A misuse of a loop's phases (running it twice, say), reported instead of a crash.
+/// A misuse of a loop's phases (running it twice, say), thrown instead of a crash.
 public struct LoopError: Error, Hashable, Sendable, CustomStringConvertible {
     private enum Code: Hashable, Sendable {
         case alreadyRunning

@@ -37,7 +37,7 @@ package enum ChildProcess {
         }
     }
 
-    /// Starts `executable` with `arguments` (the first is the program's name, as `argv[0]`); its pid, or
+    /// Starts `executable` with `arguments` (the first is the executable's name, as `argv[0]`); its pid, or
     /// `nil` if it could not start (`errno`-style code in `failure`).
     ///
     /// - Parameters:

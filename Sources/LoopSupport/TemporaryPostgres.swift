@@ -20,10 +20,10 @@ internal import Musl
 ///
 /// Set `EFFECTLOOP_POSTGRES` to a conninfo (`host=... user=...`, no `dbname`) to use an existing server
 /// instead; its user must be allowed to create databases. As root, the server runs as the `postgres`
-/// user (`initdb` refuses root). Needs PostgreSQL's server programs (Debian: `postgresql`).
+/// user (`initdb` refuses root). Needs PostgreSQL's server executables (Debian: `postgresql`).
 ///
-/// Every call that runs a program (`initdb`, `pg_ctl`, `psql`) is `async` and waits for it on a thread
-/// of its own, never on one of Swift's concurrency pool: the pool has one thread per core, and a test
+/// Every call that runs an executable (`initdb`, `pg_ctl`, `psql`) is `async` and waits for it on a thread
+/// of its own, never on one of Swift's concurrency pool: the pool has one thread per processor, and a test
 /// blocked there in `initdb` starves every other test of its process until their time limits pass.
 package final class TemporaryPostgres: Sendable {
     /// Why no server could be had: a sentence saying what to install or set.
@@ -115,7 +115,7 @@ package final class TemporaryPostgres: Sendable {
     private static func start(durable: Bool, listening address: String?) throws(Unavailable) -> Started {
         guard let bin = Self.binDirectory() else {
             throw Unavailable(
-                description: "PostgreSQL's server programs (initdb, pg_ctl) are not installed: run `make deps`, "
+                description: "PostgreSQL's server executables (initdb, pg_ctl) are not installed: run `make deps`, "
                     + "or set EFFECTLOOP_POSTGRES to the conninfo of a server"
             )
         }

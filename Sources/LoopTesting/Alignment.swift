@@ -1,5 +1,5 @@
 /// Aligns two sequences of renderings by their longest common subsequence, so that a diff of two
-/// arrays of different lengths reports the inserted and removed elements rather than every element
+/// arrays of different lengths lists the inserted and removed elements rather than every element
 /// after the first insertion.
 enum Alignment {
     /// The index pairs `(expected, actual)` of elements kept in both, in increasing order.

@@ -9,7 +9,7 @@ internal import LoopRuntime
 /// }
 /// ```
 ///
-/// Each check gets a fresh store from `makeStore`. A failing check is reported to the running test
+/// Each check gets a fresh store from `makeStore`. A failing check fails the running test
 /// (Swift Testing or XCTest), named, with what it expected and what it found.
 public struct EventStoreConformance: Sendable {
     /// One check: its name, and its body, which returns what went wrong (nothing when it passes).
@@ -60,7 +60,7 @@ public struct EventStoreConformance: Sendable {
         self.durability = durability
     }
 
-    /// Runs every check, reporting each failure to the running test; returns the failures.
+    /// Runs every check, failing the running test on each failure; returns the failures.
     @discardableResult
     public func run(
         fileID: String = #fileID,

@@ -14,7 +14,7 @@ public struct FirstSpec<State, Effect> {
         self.first = first
     }
 
-    /// Checks `expectations` against the start's state and effects and reports any that fail.
+    /// Checks `expectations` against the start's state and effects and fails the running test on any that fail.
     @discardableResult
     public func then(
         _ expectations: Then<State, Effect>...,

@@ -127,7 +127,7 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
     }
 
     /// Fails the test if the state changed since the test last asserted it; either way, takes the
-    /// current state as known, so a change is reported once.
+    /// current state as known, so a change fails the test once.
     @discardableResult
     private func checkStateAsserted(_ site: SourceSite) -> [Difference] {
         let state = loop.state
@@ -137,7 +137,7 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
         }
         guard state != known else { return [] }
         let differences = Then<State, Effect>.differences(known, state, at: "state changed, never asserted")
-        _ = report(SpecResult(subject: "harness step", differences: differences), site)
+        _ = flag(SpecResult(subject: "harness step", differences: differences), site)
         return differences
     }
 
@@ -298,13 +298,13 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
                 )
             )
         }
-        return report(
+        return flag(
             SpecResult(subject: "harness finish", differences: differences),
             SourceSite(fileID: fileID, filePath: filePath, line: line, column: column)
         )
     }
 
-    /// Compares `actual` with `expected`, reporting the differences at `path` to the running test.
+    /// Compares `actual` with `expected`, failing the running test with the differences at `path`.
     private func compare<Value: Equatable>(
         _ actual: Value,
         _ expected: Value,
@@ -313,10 +313,10 @@ public final class LoopHarness<State: Equatable & Sendable, Event: Equatable & S
         _ site: SourceSite
     ) -> SpecResult {
         let differences = actual == expected ? [] : Then<State, Effect>.differences(expected, actual, at: path)
-        return report(SpecResult(subject: subject, differences: differences), site)
+        return flag(SpecResult(subject: subject, differences: differences), site)
     }
 
-    private func report(_ result: SpecResult, _ site: SourceSite) -> SpecResult {
+    private func flag(_ result: SpecResult, _ site: SourceSite) -> SpecResult {
         if !result.passed { site.fail(result.description) }
         return result
     }

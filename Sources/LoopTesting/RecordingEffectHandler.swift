@@ -3,7 +3,7 @@ public import LoopCore
 internal import LoopRuntime
 
 /// An effect handler that records every effect it is given and holds it in flight until the test
-/// answers it, so a test decides what each effect reports back and when.
+/// answers it, so a test decides what each effect sends back and when.
 ///
 /// ```swift
 /// let handler = RecordingEffectHandler<Effect, Event>()

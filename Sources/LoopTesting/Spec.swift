@@ -2,7 +2,7 @@ internal import LoopCore
 
 /// The checking shared by every spec.
 enum Spec {
-    /// Runs each expectation on `outcome`, reports a failure at `site` when any fails, and returns what
+    /// Runs each expectation on `outcome`, fails the running test at `site` when any fails, and returns what
     /// was found.
     static func check<State, Effect>(
         _ outcome: Next<State, Effect>,

@@ -1,6 +1,6 @@
 /// What a spec found: the differences between what it expected and what happened.
 ///
-/// A failing spec has already been reported to the running test when you get its result; the result
+/// A failing spec has already failed the running test when you get its result; the result
 /// is there to inspect, for instance to assert on the report itself.
 public struct SpecResult: Hashable, Sendable, CustomStringConvertible {
     /// What the spec checked, e.g. `given State(count: 1), when [.increment]`.

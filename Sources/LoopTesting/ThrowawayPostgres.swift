@@ -14,7 +14,7 @@ internal import LoopSupport
 ///
 /// The conninfo works from child processes too (a service under test started as a process of its own).
 /// Set `EFFECTLOOP_POSTGRES` to the conninfo of an existing server (`host=... user=...`, no `dbname`, a
-/// user allowed to create databases) to use it instead. Needs PostgreSQL's server programs (Debian:
+/// user allowed to create databases) to use it instead. Needs PostgreSQL's server executables (Debian:
 /// `postgresql`); as root, the server runs as the `postgres` user (`initdb` refuses root).
 public enum ThrowawayPostgres {
     /// Why no server could be had: a sentence saying what to install or set.

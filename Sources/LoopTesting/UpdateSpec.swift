@@ -13,7 +13,7 @@ public import LoopCore
 /// ```
 ///
 /// `when` applies its events in order; `then` checks the final state and every effect those events
-/// produced, in order. A failure is reported to the running test (Swift Testing or XCTest) at the
+/// produced, in order. A failure fails the running test (Swift Testing or XCTest) at the
 /// line of `then`, with one line per differing field.
 public struct UpdateSpec<State, Event, Effect>: Sendable {
     /// The update under test.
@@ -55,7 +55,7 @@ public struct UpdateSpec<State, Event, Effect>: Sendable {
         /// The final state and every effect the events produced, in order.
         public let outcome: Next<State, Effect>
 
-        /// Checks `expectations` against the outcome and reports any that fail to the running test.
+        /// Checks `expectations` against the outcome and fails the running test on any that fail.
         @discardableResult
         public func then(
             _ expectations: Then<State, Effect>...,

@@ -69,12 +69,12 @@ enum Measure {
         _ = glibcMallocTrim(0)
     }
 
-    /// Pins the calling thread to `core` (modulo the cores there are), where the system allows it.
-    static func pin(toCore core: Int) {
-        let cores = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+    /// Pins the calling thread to `processor` (modulo the processors there are), where the system allows it.
+    static func pin(toProcessor processor: Int) {
+        let processors = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
         var set = cpu_set_t()
         withUnsafeMutableBytes(of: &set) { bytes in
-            let target = core % cores
+            let target = processor % processors
             bytes[target / 8] |= UInt8(1 << (target % 8))
         }
         // glibc's `sched_setaffinity`, which the Glibc module does not export (it needs _GNU_SOURCE).

@@ -268,7 +268,7 @@ enum Workloads {
             })
     }
 
-    /// w3: many idle loops hosted in a LoopGroup, ten events each.
+    /// w3: many idle loops held in a LoopGroup, ten events each.
     static func w3(_ sizes: Sizes) async throws -> Outcome {
         let loops = sizes.w3Loops
         var rates: [Double] = []
@@ -457,11 +457,11 @@ enum Workloads {
             let loop = Loop(program: Program(first: First(state: 0), update: counting), effects: EffectRouter())
             let seconds = try await whileRunning(loop) {
                 await Measure.seconds {
-                    // Each sender on a core of its own, so they really contend: unpinned, the scheduler
+                    // Each sender on a processor of its own, so they really contend: unpinned, the scheduler
                     // often ran them one after the other, and the figure was bimodal (6.5M or 20M+).
-                    let senders = (0..<2).map { core in
+                    let senders = (0..<2).map { processor in
                         OSThread {
-                            Measure.pin(toCore: core)
+                            Measure.pin(toProcessor: processor)
                             for event in events { loop.send(event) }
                         }
                     }
@@ -477,7 +477,7 @@ enum Workloads {
         }
         return Outcome(
             workload: "w5",
-            title: "two senders on two threads pinned to two cores, \(2 * half) events",
+            title: "two senders on two threads pinned to two processors, \(2 * half) events",
             perSecond: Measure.median(rates),
             rawPerSecond: Measure.median(raws),
             runs: sizes.runs,

@@ -30,7 +30,7 @@ import Testing
                 == Next(
                     state: expected,
                     effects: [
-                        .report("queued a"), .report("started a"),
+                        .say("queued a"), .say("started a"),
                         .run(name: "a", attempt: 1, command: "run a", timeout: nil),
                     ]
                 )
@@ -47,7 +47,7 @@ import Testing
         #expect(next.state.queue == ["d"])
         #expect(
             next.effects == [
-                .report("a succeeded"), .report("started c"),
+                .say("a succeeded"), .say("started c"),
                 .run(name: "c", attempt: 1, command: "run c", timeout: nil),
             ]
         )
@@ -64,7 +64,7 @@ import Testing
         #expect(next.state.jobs["a"]?.status == .waitingToRetry(attempt: 2))
         #expect(
             next.effects == [
-                .report("a failed (exit status 3), retry 1 of 2 in 100ms"),
+                .say("a failed (exit status 3), retry 1 of 2 in 100ms"),
                 .retryAfter(name: "a", attempt: 2, delay: .milliseconds(100)),
             ]
         )
@@ -72,7 +72,7 @@ import Testing
         #expect(retried.state.jobs["a"]?.status == .running(attempt: 2))
         #expect(
             retried.effects == [
-                .report("started a (attempt 2)"), .run(name: "a", attempt: 2, command: "run a", timeout: nil),
+                .say("started a (attempt 2)"), .run(name: "a", attempt: 2, command: "run a", timeout: nil),
             ]
         )
         let second = update(retried.state, .exited(name: "a", attempt: 2, status: 1, output: ""))
@@ -82,7 +82,7 @@ import Testing
     @Test func aBackoffIsADelayedEffectThatStopRetryCancels() {
         let retry = JobRunner.Effect.retryAfter(name: "a", attempt: 2, delay: .milliseconds(100))
         #expect(retry.lifecycle == .delayed(by: .milliseconds(100), key: "retry-a"))
-        #expect(JobRunner.Effect.stopRetry(name: "a").lifecycle == .cancel("retry-a"))
+        #expect(JobRunner.Effect.cancelRetry(name: "a").lifecycle == .cancel("retry-a"))
     }
 
     @Test func aJobThatExhaustsItsRetriesIsReportedFailed() {
@@ -99,7 +99,7 @@ import Testing
                     output: "boom"
                 )
         )
-        #expect(effects == [.report("a failed after 2 attempts: exit status 3")])
+        #expect(effects == [.say("a failed after 2 attempts: exit status 3")])
     }
 
     @Test func aTimedOutAttemptCountsAsAFailure() {
@@ -107,7 +107,7 @@ import Testing
         _ = update(&state, .submit(spec("slow", timeout: .milliseconds(500))))
         let effects = update(&state, .timedOut(name: "slow", attempt: 1))
         #expect(state.jobs["slow"]?.status == .failed(attempts: 1, reason: "timed out after 500ms"))
-        #expect(effects == [.report("slow failed after 1 attempt: timed out after 500ms")])
+        #expect(effects == [.say("slow failed after 1 attempt: timed out after 500ms")])
         #expect(
             JobRunner.Effect.run(name: "slow", attempt: 1, command: "x", timeout: .milliseconds(500)).lifecycle
                 == .concurrent("run-slow", timeout: .milliseconds(500))
@@ -126,41 +126,41 @@ import Testing
         #expect(next.state.jobs["a"]?.status == .cancelled)
         #expect(
             next.effects == [
-                .stopRun(name: "a"), .report("a cancelled"), .report("started c"),
+                .cancelRun(name: "a"), .say("a cancelled"), .say("started c"),
                 .run(name: "c", attempt: 1, command: "run c", timeout: nil),
             ]
         )
-        #expect(JobRunner.Effect.stopRun(name: "a").lifecycle == .cancel("run-a"))
+        #expect(JobRunner.Effect.cancelRun(name: "a").lifecycle == .cancel("run-a"))
     }
 
     @Test func cancellingAQueuedOrRetryingOrUnknownJob() {
         var state = submitted(["a", "b"], limit: 1, retries: 1)
-        #expect(update(&state, .cancel("b")) == [.report("b cancelled")])
+        #expect(update(&state, .cancel("b")) == [.say("b cancelled")])
         #expect(state.queue == [])
         _ = update(&state, .exited(name: "a", attempt: 1, status: 1, output: ""))
-        #expect(update(&state, .cancel("a")) == [.stopRetry(name: "a"), .report("a cancelled")])
-        #expect(update(&state, .cancel("zzz")) == [.report("cannot cancel zzz: no such job")])
-        #expect(update(&state, .cancel("a")) == [.report("cannot cancel a: it already cancelled")])
+        #expect(update(&state, .cancel("a")) == [.cancelRetry(name: "a"), .say("a cancelled")])
+        #expect(update(&state, .cancel("zzz")) == [.say("cannot cancel zzz: no such job")])
+        #expect(update(&state, .cancel("a")) == [.say("cannot cancel a: it already cancelled")])
     }
 
     @Test func invalidSubmissionsAreRejectedWithAReason() {
         var state = submitted(["a"])
-        #expect(update(&state, .submit(spec("a"))) == [.report("rejected a: a job with this name exists")])
+        #expect(update(&state, .submit(spec("a"))) == [.say("rejected a: a job with this name exists")])
         #expect(
             update(&state, .submit(Spec(name: "", command: "x"))) == [
-                .report("rejected: a job needs a name and a command")
+                .say("rejected: a job needs a name and a command")
             ]
         )
         #expect(
             update(&state, .submit(Spec(name: "n", command: "x", retries: -1))) == [
-                .report("rejected n: retries cannot be negative")
+                .say("rejected n: retries cannot be negative")
             ]
         )
         // From the cluster's inbox a command can hold a NUL, which would cut what the shell runs.
         for nul in [Spec(name: "n", command: "touch A\u{0}; touch B"), Spec(name: "n\u{0}m", command: "true")] {
             #expect(
                 update(&state, .submit(nul)) == [
-                    .report("rejected: a job's name and command cannot contain a NUL character")
+                    .say("rejected: a job's name and command cannot contain a NUL character")
                 ]
             )
         }
@@ -174,14 +174,14 @@ import Testing
         #expect(state.jobs["a"]?.status == .running(attempt: 1))
         #expect(state.jobs["b"]?.status == .cancelled)
         #expect(state.jobs["c"]?.status == .cancelled)
-        #expect(effects == [.report("shutting down: 1 running, given 2s to finish"), .stop(gracePeriod: .seconds(2))])
+        #expect(effects == [.say("shutting down: 1 running, given 2s to finish"), .stop(gracePeriod: .seconds(2))])
         // A failure during shutdown is final: no retry.
         #expect(
             update(&state, .exited(name: "a", attempt: 1, status: 1, output: "")) == [
-                .report("a failed after 1 attempt: exit status 1")
+                .say("a failed after 1 attempt: exit status 1")
             ]
         )
-        #expect(update(&state, .submit(spec("late"))) == [.report("rejected late: shutting down")])
+        #expect(update(&state, .submit(spec("late"))) == [.say("rejected late: shutting down")])
         #expect(update(&state, .shutdown) == [])
     }
 
@@ -190,7 +190,7 @@ import Testing
         #expect(update(&state, .inputEnded) == [])
         #expect(
             update(&state, .exited(name: "a", attempt: 1, status: 0, output: "")) == [
-                .report("a succeeded"), .stop(gracePeriod: .seconds(2)),
+                .say("a succeeded"), .stop(gracePeriod: .seconds(2)),
             ]
         )
         #expect(state.shuttingDown)
@@ -241,9 +241,9 @@ import Testing
         #expect(
             JobRunner.resume(state)
                 == [
-                    .report("resuming a (attempt 1): it was running when the demo stopped"),
+                    .say("resuming a (attempt 1): it was running when the demo stopped"),
                     .run(name: "a", attempt: 1, command: "run a", timeout: nil),
-                    .report("resuming c (attempt 1): it was running when the demo stopped"),
+                    .say("resuming c (attempt 1): it was running when the demo stopped"),
                     .run(name: "c", attempt: 1, command: "run c", timeout: nil),
                 ]
         )
@@ -253,7 +253,7 @@ import Testing
         var state = submitted(["a"])
         _ = update(&state, .exited(name: "a", attempt: 1, status: 0, output: ""))
         _ = update(&state, .inputEnded)
-        #expect(JobRunner.resume(state) == [.report("the recorded run had ended"), .stop(gracePeriod: .seconds(2))])
+        #expect(JobRunner.resume(state) == [.say("the recorded run had ended"), .stop(gracePeriod: .seconds(2))])
         #expect(JobRunner.resume(State(limit: 2)).isEmpty)
     }
 

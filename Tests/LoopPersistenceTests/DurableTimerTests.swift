@@ -17,13 +17,13 @@ enum Reminders {
 
     enum Effect: Codable, Hashable, Sendable, ManagedEffect {
         case remind(String, after: Duration)
-        case settle(String, quiet: Duration)
+        case summarize(String, quiet: Duration)
         case cancelReminders
 
         var lifecycle: EffectLifecycle {
             switch self {
             case .remind(_, let delay): .delayed(by: delay, key: "remind")
-            case .settle(_, let quiet): .debounce("settle", for: quiet)
+            case .summarize(_, let quiet): .debounce("summarize", for: quiet)
             case .cancelReminders: .cancel("remind")
             }
         }
@@ -32,7 +32,7 @@ enum Reminders {
     static let update = Update<[String], Event, Effect> { log, event in
         switch event {
         case .schedule(let text, let delay): return [.remind(text, after: delay)]
-        case .debounce(let text, let quiet): return [.settle(text, quiet: quiet)]
+        case .debounce(let text, let quiet): return [.summarize(text, quiet: quiet)]
         case .cancel: return [.cancelReminders]
         case .reminded(let text):
             log.append(text)
@@ -42,7 +42,7 @@ enum Reminders {
 
     static let program = DurableProgram(initial: [String](), update: update).keepingTimers()
 
-    /// Reminders and settled ones come back as `reminded`; each start is counted.
+    /// Reminders and summarized ones come back as `reminded`; each start is counted.
     final class Router: Sendable {
         let started = Locked<[String]>([])
 
@@ -51,7 +51,7 @@ enum Reminders {
                 .route(
                     { effect -> String? in
                         switch effect {
-                        case .remind(let text, _), .settle(let text, _): text
+                        case .remind(let text, _), .summarize(let text, _): text
                         case .cancelReminders: nil
                         }
                     },
@@ -192,7 +192,7 @@ func runDurably<State: Sendable, Event: Sendable, Effect: Sendable>(
         _ = update(&durable, .event(.debounce("a", quiet: .seconds(5)), ticket: nil))
         #expect(
             update(&durable, .recorded(upTo: 1, at: .zero))
-                == [.wait(TimerName(version: 1, index: 0), lifecycle: .debounce("settle", for: .seconds(5)))]
+                == [.wait(TimerName(version: 1, index: 0), lifecycle: .debounce("summarize", for: .seconds(5)))]
         )
         let effects = update(&durable, .event(.debounce("b", quiet: .seconds(5)), ticket: nil))
         guard case .append(_, _, _, _, let notes, _, _, _)? = effects.first else {
@@ -205,9 +205,9 @@ func runDurably<State: Sendable, Event: Sendable, Effect: Sendable>(
         #expect(
             update(&durable, .timerDue(TimerName(version: 2, index: 0))).first
                 == .effect(
-                    .settle("b", quiet: .seconds(5)),
+                    .summarize("b", quiet: .seconds(5)),
                     key: IdempotencyKey(stream: "r", version: 2, index: 0),
-                    lifecycle: .concurrent("settle")
+                    lifecycle: .concurrent("summarize")
                 )
         )
     }

@@ -77,7 +77,7 @@ public struct DurableProgram<State, Event, Effect> {
     }
 }
 
-/// What a durable loop processes: the program's events, what its callers ask, and what its store reports.
+/// What a durable loop processes: the program's events, what its callers ask, and what its store replies.
 public enum DurableInput<State, Event> {
     /// An event of the program, from a sender or an effect handler; `ticket` identifies a sender waiting
     /// for it to be durable; `context` is what the router's ``/EffectHandlers/EffectScope`` captured

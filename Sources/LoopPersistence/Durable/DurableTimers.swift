@@ -95,7 +95,7 @@ extension DurableProgram where Effect: ManagedEffect {
     /// let program = DurableProgram(initial: Jobs(), update: Update(Jobs.update)).keepingTimers()
     /// ```
     ///
-    /// - A timer is performed once: its start is recorded (with the next events, or in a record of its
+    /// - A timer's effect runs once: its start is recorded (with the next events, or in a record of its
     ///   own), so a restart does not start it again; only a crash between its start and that record
     ///   starts it again, under the same ``/EffectHandlers/IdempotencyKey``, as any effect under way.
     /// - A `cancel` of its key, or a newer debounce of its key, applied before it is due, ends it for

@@ -1,5 +1,5 @@
 /// The state machine of one controlled effect's run (see `EffectRun`): the task its handler runs in,
-/// whether it was asked to stop, whether its handler returned, and its outcome, which the handler's
+/// whether it was asked to cancel, whether its handler returned, and its outcome, which the handler's
 /// return, its cancellation before it began, or its timeout decides, whichever comes first. A value,
 /// kept behind the run's lock; every input returns what the run does once the lock is released, so
 /// each transition is tested as a value (`EffectRunMachineTests`).
@@ -9,7 +9,7 @@
 struct EffectRunMachine<Handle, Waiter> {
     /// The handler's task, once attached.
     private(set) var handle: Handle?
-    /// Whether the run was asked to stop: a task attached later is cancelled at once.
+    /// Whether the run was asked to cancel: a task attached later is cancelled at once.
     private(set) var cancelled = false
     /// Whether the handler has returned.
     private(set) var returned = false
@@ -21,14 +21,14 @@ struct EffectRunMachine<Handle, Waiter> {
     @usableFromInline
     init() {}
 
-    /// The run is asked to stop: the task to cancel, if one is attached (otherwise it is cancelled as
+    /// The run is asked to cancel: the task to cancel, if one is attached (otherwise it is cancelled as
     /// it attaches).
     mutating func cancel() -> Handle? {
         cancelled = true
         return handle
     }
 
-    /// The handler's task is attached: `true` when the run was asked to stop already (cancel it).
+    /// The handler's task is attached: `true` when the run was asked to cancel already (cancel it).
     mutating func attach(_ handle: Handle) -> Bool {
         self.handle = handle
         return cancelled

@@ -19,7 +19,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         @usableFromInline
         var cancel: CancelHandle?
         @usableFromInline
-        var cancelRequested = false
+        var cancelAsked = false
         /// Whether it waits for a delay before it begins (a graceful stop cancels it while it waits).
         @usableFromInline
         var delayed: Bool
@@ -207,7 +207,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     /// (cancelled already, or the loop stopped).
     @inlinable
     mutating func arm(_ id: UInt64, cancel: CancelHandle) -> Bool {
-        guard var entry = running[id], !entry.cancelRequested else { return false }
+        guard var entry = running[id], !entry.cancelAsked else { return false }
         entry.cancel = cancel
         running[id] = entry
         return true
@@ -219,8 +219,8 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     @inlinable
     mutating func cancelWaiting(report: inout LoopReport) -> ([CancelHandle], [IdentifiedEffect<Effect>]) {
         var handles: [CancelHandle] = []
-        for (id, entry) in running where entry.delayed && !entry.begun && !entry.cancelRequested {
-            running[id]?.cancelRequested = true
+        for (id, entry) in running where entry.delayed && !entry.begun && !entry.cancelAsked {
+            running[id]?.cancelAsked = true
             if let cancel = entry.cancel { handles.append(cancel) }
         }
         var cancelled: [IdentifiedEffect<Effect>] = []
@@ -260,8 +260,8 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     mutating func cancel(_ key: EffectKey, report: inout LoopReport) -> ([CancelHandle], [IdentifiedEffect<Effect>]) {
         var handles: [CancelHandle] = []
         for id in (cancellableByKey.removeValue(forKey: key) ?? []).sorted() {
-            guard var entry = running[id], !entry.cancelRequested else { continue }
-            entry.cancelRequested = true
+            guard var entry = running[id], !entry.cancelAsked else { continue }
+            entry.cancelAsked = true
             if let cancel = entry.cancel { handles.append(cancel) }
             running[id] = entry
         }
@@ -280,7 +280,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     /// cancelled before it began, or the loop stopped); then the caller ends it as cancelled.
     @inlinable
     mutating func begin(_ id: UInt64, cancel: CancelHandle, report: inout LoopReport) -> Bool {
-        guard var entry = running[id], !entry.cancelRequested else { return false }
+        guard var entry = running[id], !entry.cancelAsked else { return false }
         entry.begun = true
         entry.cancel = cancel
         running[id] = entry
@@ -299,7 +299,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
             return Ended(id: admitted.id, effect: admitted.effect, outcome: result, next: nil)
         }
         guard let entry = running.removeValue(forKey: admitted.id) else { return nil }
-        let outcome = entry.cancelRequested ? .cancelled : result
+        let outcome = entry.cancelAsked ? .cancelled : result
         if entry.begun {
             Self.count(outcome, report: &report)
         } else {
@@ -340,7 +340,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         guard let entry = running[id], entry.begun else { return nil }
         running[id] = nil
         if handlerRunning { stragglers.insert(id) }
-        let outcome: EffectOutcome = entry.cancelRequested ? .cancelled : .timedOut(timeout)
+        let outcome: EffectOutcome = entry.cancelAsked ? .cancelled : .timedOut(timeout)
         Self.count(outcome, report: &report)
         let ended = Ended(
             id: id,

@@ -139,7 +139,7 @@ struct GroupMembers<ID: Hashable & Sendable, State: Sendable, Event: Sendable, E
             return .rejected(reject(.stopped))
         }
         loops[id] = loop
-        // A claimed loop's baton is its creator's, and an idle loop only queues, so this never processes
+        // A claimed loop's baton is its creator's, and an unclaimed loop only queues, so this never processes
         // the event under the group's lock.
         let reception = loop.engine.withLock { $0.receive(event, from: .outside, context: carried) }
         let delivery: Delivery =

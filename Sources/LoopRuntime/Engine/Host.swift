@@ -77,8 +77,8 @@ final class Host: Sendable {
 
     /// Asks for a graceful stop within `gracePeriod`; the shortest asked for wins.
     @usableFromInline
-    func requestStop(gracePeriod: Duration) {
-        let (wake, startDeadline) = machine.withLock { $0.requestStop(gracePeriod: gracePeriod) }
+    func askToStop(gracePeriod: Duration) {
+        let (wake, startDeadline) = machine.withLock { $0.askToStop(gracePeriod: gracePeriod) }
         carryOut(wake)
         // The hosting task no longer takes commands (every member stopped; it waits for a source that
         // ignores cancellation): the deadline must still come.

@@ -69,7 +69,7 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     private(set) var closed = false
     /// Loops on the host.
     private(set) var members = 0
-    private(set) var stopRequested = false
+    private(set) var stopAsked = false
     /// The grace periods' timers.
     private(set) var timers: [Task<Void, Never>] = []
     /// Whether `run()`'s wait has ended.
@@ -116,9 +116,9 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     /// A graceful stop is asked for within `gracePeriod` (the shortest asked for wins). `startDeadline`
     /// when the hosting task no longer takes commands (every member stopped; it waits for a source
     /// that ignores cancellation): the host starts the grace period's timer itself.
-    mutating func requestStop(gracePeriod: Duration) -> (Wake, startDeadline: Bool) {
+    mutating func askToStop(gracePeriod: Duration) -> (Wake, startDeadline: Bool) {
         stop = stop.map { min($0, gracePeriod) } ?? gracePeriod
-        stopRequested = true
+        stopAsked = true
         if members <= 0 { quiescent = true }
         let closing = if case .closing = phase { true } else { false }
         return (wake(), closing)
@@ -149,13 +149,13 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     /// complete.
     mutating func leave() -> Wake {
         members -= 1
-        if stopRequested && members <= 0 { quiescent = true }
+        if stopAsked && members <= 0 { quiescent = true }
         return wake()
     }
 
     /// The sources are to run until the shutdown begins; not if it has begun already.
     mutating func startSources(_ sources: @escaping @Sendable () async -> Void) -> Wake {
-        if !stopRequested, !closed { sourcesToStart = sources }
+        if !stopAsked, !closed { sourcesToStart = sources }
         return wake()
     }
 

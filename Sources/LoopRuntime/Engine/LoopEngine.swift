@@ -3,7 +3,7 @@ public import LoopCore
 
 /// A loop's state machine: the only place where the loop changes. One value, kept behind the loop's
 /// lock; every input is a method that decides and returns an action value, which the driver (``Loop``)
-/// performs once the lock is released.
+/// carries out once the lock is released.
 ///
 /// Where the loop is in its life is one enum, ``Phase``, so an impossible combination (stopping
 /// without a host, draining after the stop) cannot be written down. The inbox, the state machine of the
@@ -35,7 +35,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         case queued
         /// Queued, and the oldest queued event was dropped to make room.
         case droppedOldest(Event)
-        /// Processed at once by the caller, who now holds the drain baton: perform the step, then
+        /// Processed at once by the caller, who now holds the drain baton: take the step, then
         /// continue with ``LoopEngine/nextStep(_:)``.
         case step(Step<State, Event, Effect>)
         /// Processed completely inside the lock: no effects, no observer, nobody to wake.
@@ -45,7 +45,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// What the drainer does next.
     @usableFromInline
     enum Drain {
-        /// Perform this step, then ask again.
+        /// Take this step, then ask again.
         case step(Step<State, Event, Effect>)
         /// Events were processed completely; release the lock and ask again.
         case again
@@ -60,7 +60,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// What claiming the loop for a host did.
     @usableFromInline
     enum Claim {
-        /// The loop runs on the host. The claimer holds the drain baton: it performs the program's
+        /// The loop runs on the host. The claimer holds the drain baton: it starts the program's
         /// start-up effects, wakes `startWaiters`, then drains.
         case started(Dispatch<Effect, Event>, startWaiters: [CheckedContinuation<Bool, Never>])
         /// It cannot run.
@@ -75,7 +75,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         /// The loop was already stopping on `host`: a shorter grace period may still shorten it.
         case alreadyStopping(Host?)
         /// The loop stops on `host`: turn `senders` away, call `cancelling` (effects waiting for their
-        /// delay never start), report `cancelled` (throttled effects that waited), perform `finish` if
+        /// delay never start), report `cancelled` (throttled effects that waited), carry out `finish` if
         /// nothing was left to wait for.
         /// Graceful shutdown began on `host`: turn `senders` away; `finish` if nothing was left to do.
         case stopping(
@@ -167,7 +167,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// Events the router made of failed or timed-out effects, not delivered yet.
     @usableFromInline
     var pendingMapped = 0
-    /// Requests sent to this loop, failed when it stops if they have no reply by then. Those settled are
+    /// Requests sent to this loop, failed when it stops if they have no reply by then. Those resolved are
     /// swept out when the array is full, so it stays within twice the number waiting.
     @usableFromInline
     var requests: [any PendingRequest] = []
@@ -239,7 +239,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     /// How many asynchronous effects are let in, not asked to cancel, and not ended.
     @inlinable
-    var liveEffects: Int { effects.running.values.count { !$0.cancelRequested } }
+    var liveEffects: Int { effects.running.values.count { !$0.cancelAsked } }
 
     /// How many tasks wait for the loop to start or to stop.
     @inlinable

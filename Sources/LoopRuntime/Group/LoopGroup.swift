@@ -2,7 +2,7 @@ public import EffectHandlers
 public import LoopCore
 internal import Synchronization
 
-/// Many loops of one program, one per entity (session, job, device), hosted under a single `run()`.
+/// Many loops of one program, one per entity (session, job, device), run under a single `run()`.
 ///
 /// A loop is created for an id on the first event sent to it, with the program `program(id)` returns.
 /// Every loop processes its own events one at a time, exactly like a standalone ``Loop``; all their
@@ -130,7 +130,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         let loop = Loop(program: program(id), context: context, entity: id) { [weak self] loop, notice in
             switch notice {
             case .stopped: self?.release(loop)
-            case .stopRequested: self?.retire(loop)
+            case .stopAsked: self?.retire(loop)
             }
         }
         let carried = context.carriedContext()
@@ -313,7 +313,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         if stop.host != nil && stop.first { context.observeGroup(.stopping, entity: nil) }
         for loop in stop.loops { loop.beginStopping() }
         // A later stop only brings the deadline forward, if its grace period is shorter.
-        if let host = stop.host { host.requestStop(gracePeriod: gracePeriod) }
+        if let host = stop.host { host.askToStop(gracePeriod: gracePeriod) }
         for waiter in stop.startWaiters { waiter.resume(returning: false) }
     }
 }

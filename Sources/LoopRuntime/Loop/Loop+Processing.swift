@@ -2,7 +2,7 @@ public import EffectHandlers
 public import LoopCore
 
 extension Loop {
-    /// For the drain baton's holder: performs `first`, then every step the engine hands out, until the
+    /// For the drain baton's holder: takes `first`, then every step the engine hands out, until the
     /// drain ends.
     @inlinable
     func drain(from first: consuming Step<State, Event, Effect>?) {
@@ -79,7 +79,7 @@ extension Loop {
     /// reported failed (unrouted).
     @inlinable
     func performUndecided(_ effect: Effect, id: UInt64, send: Send<Event>, context carried: CarriedContext? = nil) {
-        if let stopRequest = context.router.stopRequest, let gracePeriod = stopRequest(effect) {
+        if let stopOn = context.router.stopOn, let gracePeriod = stopOn(effect) {
             return stopItself(gracePeriod: gracePeriod, asked: effect, id: id)
         }
         switch context.router.performer(for: effect) {
@@ -169,7 +169,7 @@ extension Loop {
         }
         countSync(completed: true)
         if let notifyGroup {
-            notifyGroup(self, .stopRequested)
+            notifyGroup(self, .stopAsked)
         } else {
             stop(gracePeriod: gracePeriod)
         }

@@ -11,7 +11,7 @@ extension Loop {
     ///
     /// The update answers by returning an effect holding `replyTo.reply(value)`, performed by the
     /// router's ``/EffectHandlers/EffectRouter/replies(_:)`` route; it may answer at once, or keep
-    /// `replyTo` in its state and answer later (after a payment effect reported back, say). Every wait
+    /// `replyTo` in its state and answer later (after a payment effect sent its outcome back, say). Every wait
     /// ends, with the reply or with a ``RequestError``:
     /// - ``RequestError/rejected(_:)`` when the loop does not take the event (stopping, inbox full);
     /// - ``RequestError/loopStopped`` when the loop stops before replying;

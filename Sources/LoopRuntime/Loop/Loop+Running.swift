@@ -160,7 +160,7 @@ extension Loop {
     /// Called before `run()` or ``start()``, it stops the loop for good: the loop never runs, and the events sent to it
     /// are dropped and counted (``LoopReport/Ending/neverStarted``).
     public func stop(gracePeriod: Duration = .seconds(30)) {
-        beginStopping()?.requestStop(gracePeriod: gracePeriod)
+        beginStopping()?.askToStop(gracePeriod: gracePeriod)
     }
 
     /// Stops intake; the host the loop runs on, if it runs. The host's own stop is the caller's.

@@ -168,7 +168,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         return conclude(engine.withLock { $0.receive(event, from: origin, context: carried) }, event)
     }
 
-    /// Performs what taking `event` requires outside the lock; the delivery to return.
+    /// Does what taking `event` requires outside the lock; the delivery to return.
     @inlinable
     func conclude(_ reception: consuming LoopEngine<State, Event, Effect>.Reception, _ event: Event) -> Delivery {
         switch consume reception {
@@ -315,5 +315,5 @@ enum GroupNotice: Sendable {
     /// The loop has stopped.
     case stopped
     /// The loop's program asked it to stop (``/EffectHandlers/EffectRouter/stopLoop(on:)``).
-    case stopRequested
+    case stopAsked
 }

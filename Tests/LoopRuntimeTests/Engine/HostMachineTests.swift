@@ -120,7 +120,7 @@ import Testing
         var machine = Machine()
         let wake: Machine.Wake =
             switch input {
-            case "stop": machine.requestStop(gracePeriod: .seconds(1)).0
+            case "stop": machine.askToStop(gracePeriod: .seconds(1)).0
             case "deadline": machine.deadlineFired().0
             case "cancel": machine.cancel().0
             default: machine.startSources {}
@@ -141,28 +141,28 @@ import Testing
     @Test func aStopAskedForComesAsACommandTheShortestGracePeriodWinning() {
         var machine = hosting()
         machine.join()
-        _ = machine.requestStop(gracePeriod: .seconds(30))
-        #expect(machine.requestStop(gracePeriod: .seconds(5)).startDeadline == false)
+        _ = machine.askToStop(gracePeriod: .seconds(30))
+        #expect(machine.askToStop(gracePeriod: .seconds(5)).startDeadline == false)
         #expect([next(&machine), next(&machine)] == ["stop(5.0 seconds)", "parked"])
     }
 
     @Test func aStopWithNoMemberIsQuiescentAtOnceAfterTheStopCommand() {
         var machine = hosting()
-        _ = machine.requestStop(gracePeriod: .seconds(1))
+        _ = machine.askToStop(gracePeriod: .seconds(1))
         #expect([next(&machine), next(&machine)] == ["stop(1.0 seconds)", "quiescent"])
     }
 
     @Test func aStopAskedForOnceTheHostIsClosingStartsItsOwnDeadline() {
         var machine = coordinating()
         _ = machine.finish()
-        #expect(machine.requestStop(gracePeriod: .seconds(1)).startDeadline)
+        #expect(machine.askToStop(gracePeriod: .seconds(1)).startDeadline)
     }
 
     @Test func theLastMemberLeavingAfterAStopMakesTheHostQuiescent() {
         var machine = coordinating()
         machine.join()
         // The waiting hosting task is handed the stop at once, and waits again.
-        #expect(describe(machine.requestStop(gracePeriod: .seconds(1)).0) == "resume w stop(1.0 seconds)")
+        #expect(describe(machine.askToStop(gracePeriod: .seconds(1)).0) == "resume w stop(1.0 seconds)")
         #expect(next(&machine) == "parked")
         #expect(describe(machine.leave()) == "resume w quiescent")
     }
@@ -178,7 +178,7 @@ import Testing
     @Test func aCancellationComesBeforeEveryOtherCommandAndStays() {
         var machine = hosting()
         _ = machine.spawn("a")
-        _ = machine.requestStop(gracePeriod: .seconds(1))
+        _ = machine.askToStop(gracePeriod: .seconds(1))
         _ = machine.deadlineFired()
         #expect(machine.cancel().endNow == false)
         #expect([next(&machine), next(&machine)] == ["cancelled", "cancelled"])
@@ -194,7 +194,7 @@ import Testing
         var machine = hosting()
         _ = machine.spawn("a")
         _ = machine.startSources {}
-        _ = machine.requestStop(gracePeriod: .seconds(1))
+        _ = machine.askToStop(gracePeriod: .seconds(1))
         #expect(machine.deadlineFired().endNow == false)
         #expect(next(&machine) == "deadline")
     }
@@ -216,7 +216,7 @@ import Testing
 
     @Test func sourcesAskedForAfterAStopNeverStart() {
         var machine = hosting()
-        _ = machine.requestStop(gracePeriod: .seconds(1))
+        _ = machine.askToStop(gracePeriod: .seconds(1))
         _ = machine.startSources {}
         #expect([next(&machine), next(&machine), next(&machine)] == ["stop(1.0 seconds)", "quiescent", "parked"])
     }

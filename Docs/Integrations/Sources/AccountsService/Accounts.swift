@@ -9,7 +9,7 @@ public import LoopRuntime
 public protocol Accounts: Sendable {
     /// Applies `command` to the account `id` and returns its answer: after its event is on disk, for
     /// durable accounts. A retry under the same `requestID` gets the first answer, applied once.
-    func perform(
+    func apply(
         _ command: Account.Command,
         on id: String,
         requestID: String?
@@ -48,7 +48,7 @@ public struct DurableAccounts: Accounts {
         self.timeout = timeout
     }
 
-    public func perform(
+    public func apply(
         _ command: Account.Command,
         on id: String,
         requestID: String?
@@ -94,7 +94,7 @@ public struct ClusterAccounts: Accounts {
         self.timeout = timeout
     }
 
-    public func perform(
+    public func apply(
         _ command: Account.Command,
         on id: String,
         requestID: String?
@@ -133,7 +133,7 @@ public struct MemoryAccounts: Accounts {
         self.timeout = timeout
     }
 
-    public func perform(
+    public func apply(
         _ command: Account.Command,
         on id: String,
         requestID: String?

@@ -52,7 +52,7 @@ public enum AccountsServer {
         }
         for (path, kind) in [("deposit", Translation.Kind.deposit), ("withdraw", .withdraw)] {
             router.post("/accounts/{id}/\(path)") { request, context in
-                try await perform(kind, request: request, context: context, accounts: accounts)
+                try await handle(kind, request: request, context: context, accounts: accounts)
             }
         }
         if let metrics {
@@ -67,7 +67,7 @@ public enum AccountsServer {
         return router
     }
 
-    private static func perform(
+    private static func handle(
         _ kind: Translation.Kind,
         request: Request,
         context: AccountsContext,
@@ -89,7 +89,7 @@ public enum AccountsServer {
         case .success(let decided): command = decided
         }
         do {
-            return reply(Translation.response(to: try await accounts.perform(command, on: id, requestID: requestID)))
+            return reply(Translation.response(to: try await accounts.apply(command, on: id, requestID: requestID)))
         } catch {
             let response = Translation.response(to: error)
             context.logger.log(

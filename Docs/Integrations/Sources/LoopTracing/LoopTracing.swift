@@ -10,12 +10,12 @@ public import Tracing
 /// where an event is sent (a request handler of Hummingbird, gRPC or any instrumented server runs
 /// with its request's context bound), and runs each handler of the effects that event causes in a
 /// span (`effect <case>` by default) started from that context, with the span's context bound while
-/// the handler runs: what the handler calls (an HTTP client, a database driver) and the events it sends
+/// the handler runs: what the handler calls (an HTTP client, a database client) and the events it sends
 /// are traced under it. A handler's error is recorded on its span. Each processed event gets a span
 /// too (`event <case>` by default), a child of the same context, covering its update: the effects' spans
 /// are its siblings, since they run after it (in a durable loop, once the event is recorded). An event
 /// or effect with no context (from a source, or sent outside any span) starts a trace of its own.
-/// Event spans make the loop time every update and hand each event to its driver one at a time: pass
+/// Event spans make the loop time every update and hand each event to the loop one at a time: pass
 /// `eventName: nil` to leave them out where an event rate of millions a second matters.
 ///
 /// ```swift
