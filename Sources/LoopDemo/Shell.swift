@@ -29,7 +29,7 @@ public struct ShellError: Error, Hashable, Sendable, CustomStringConvertible {
     public var description: String { "cannot \(operation) (errno \(code))" }
 }
 
-/// Real child processes via `posix_spawn`: output is read, and the exit waited for, on a thread of
+/// Real child processes, started through `LoopSupport`'s `ChildProcess`: output is read, and the exit waited for, on a thread of
 /// their own, so the concurrency pool never blocks. A cancelled command is killed with `SIGKILL`,
 /// together with every process it started: its process group, and any descendant that left it.
 public struct SystemShell: Shell {
