@@ -29,8 +29,8 @@ public struct ShellError: Error, Hashable, Sendable, CustomStringConvertible {
     public var description: String { "cannot \(operation) (errno \(code))" }
 }
 
-/// Real child processes, started through `LoopSupport`'s `ChildProcess`: output is read, and the exit waited for, on a thread of
-/// their own, so the concurrency pool never blocks. A cancelled command is killed with `SIGKILL`,
+/// Real child processes, started through `LoopSupport`'s `ChildProcess`: output is read, and the exit
+/// waited for, on a thread of their own, so the concurrency pool never blocks. A cancelled command is killed with `SIGKILL`,
 /// together with every process it started: its process group, and any descendant that left it.
 public struct SystemShell: Shell {
     /// The most output kept per command (its beginning); the rest is read and dropped.
