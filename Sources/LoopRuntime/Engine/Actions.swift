@@ -370,3 +370,25 @@ final class FirstCall: Sendable {
         !called.exchange(true, ordering: .acquiringAndReleasing)
     }
 }
+
+/// The synchronous effects (and unrouted ones) that ended while the drain baton's holder took a step:
+/// the holder counts them as it goes, and hands them to the engine at its next call (``LoopEngine/nextStep(counting:)``),
+/// so the report is the engine's alone and a synchronous effect costs no lock or atomic operation of its own.
+@usableFromInline
+struct SyncTally: Equatable {
+    @usableFromInline var completed = 0
+    @usableFromInline var failed = 0
+
+    @inlinable
+    init() {}
+
+    /// Whether nothing ended.
+    @inlinable
+    var isEmpty: Bool { completed == 0 && failed == 0 }
+
+    /// Counts one effect that ended; such an effect counts as started once it has ended.
+    @inlinable
+    mutating func count(completed: Bool) {
+        if completed { self.completed += 1 } else { failed += 1 }
+    }
+}

@@ -458,7 +458,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// a batch, stopping at the first that does (returned as a step), at the batch limit, or when the
     /// inbox is empty, which ends the drain (and the shutdown, if nothing else is left).
     @inlinable
-    mutating func nextStep() -> Drain {
+    mutating func nextStep(counting tally: SyncTally = SyncTally()) -> Drain {
+        count(tally)
         var processed = 0
         while isRunning, let envelope = inbox.popFirst() {
             var step = process(envelope)
@@ -478,6 +479,15 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         if let finish = finishIfDrained() { return .finished(finish) }
         if !idleWaiters.isEmpty { return .idleWaking(takeIdleWaiters()) }
         return .idle
+    }
+
+    /// Counts the synchronous effects that ended outside the lock: started, and completed or failed.
+    @inlinable
+    mutating func count(_ tally: SyncTally) {
+        guard !tally.isEmpty else { return }
+        report.effectsStarted += tally.completed + tally.failed
+        report.effectsCompleted += tally.completed
+        report.effectsFailed += tally.failed
     }
 
     /// Applies one event and decides its effects.

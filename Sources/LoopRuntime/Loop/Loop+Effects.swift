@@ -57,6 +57,15 @@ extension Loop {
         await performControlled(admitted)
     }
 
+    /// Starts the effect the engine let in once another ended (its key's queue, a throttle's interval):
+    /// outside any drain, so what ends synchronously (nothing, for an asynchronous effect) is counted here.
+    @inlinable
+    func dispatchAlone(_ next: Dispatch<Effect, Event>) {
+        var tally = SyncTally()
+        dispatch(next, send: effectSend, tally: &tally)
+        if !tally.isEmpty { engine.withLock { $0.count(tally) } }
+    }
+
     /// Ends the throttle interval of `key` after `interval` on the loop's clock: the effect that waited for
     /// it, if any, starts then. Not waited for by a stop: the host cancels it when it ends.
     @inlinable
@@ -68,7 +77,7 @@ extension Loop {
                 run: {
                     do { try await clock.sleep(for: interval) } catch { return }
                     guard let next = self.engine.withLock({ $0.intervalEnded(key) }) else { return }
-                    self.dispatch(next, send: self.effectSend)
+                    self.dispatchAlone(next)
                 },
                 cancel: {}
             )
@@ -211,7 +220,7 @@ extension Loop {
             _ = conclude(reception, mapped)
             if let finish { carryOut(finish) }
         }
-        if let next = end.next { dispatch(next, send: effectSend) }
+        if let next = end.next { dispatchAlone(next) }
         if let finish = end.finish { carryOut(finish) }
     }
 }

@@ -5,8 +5,9 @@ extension Loop {
     /// For the drain baton's holder: takes `first`, then every step the engine hands out, until the
     /// drain ends.
     @inlinable
-    func drain(from first: consuming Step<State, Event, Effect>?) {
+    func drain(from first: consuming Step<State, Event, Effect>?, counted: SyncTally = SyncTally()) {
         var send: Send<Event>?
+        var tally = counted
         var step = first
         while true {
             // Moved out, not copied: a copy retains and releases everything the step holds.
@@ -30,10 +31,12 @@ extension Loop {
                 if !current.dispatch.isEmpty {
                     let sender = send ?? effectSend
                     send = sender
-                    dispatch(current.dispatch, send: sender, context: current.context)
+                    dispatch(current.dispatch, send: sender, context: current.context, tally: &tally)
                 }
             }
-            switch engine.withLock({ $0.nextStep() }) {
+            let counted = tally
+            tally = SyncTally()
+            switch engine.withLock({ $0.nextStep(counting: counted) }) {
             case .step(let following):
                 step = following
             case .again:
@@ -53,12 +56,17 @@ extension Loop {
     /// Starts the effects of one event in order: each follows the engine's decision for it, or, with
     /// none, runs inline (synchronous) or is reported failed (unrouted).
     @inlinable
-    func dispatch(_ dispatch: Dispatch<Effect, Event>, send: Send<Event>, context carried: CarriedContext? = nil) {
+    func dispatch(
+        _ dispatch: Dispatch<Effect, Event>,
+        send: Send<Event>,
+        context carried: CarriedContext? = nil,
+        tally: inout SyncTally
+    ) {
         // Most events decide nothing (synchronous effects only): no decision list to walk.
         var id = dispatch.firstID
         guard let decided = dispatch.decided else {
             for effect in dispatch.effects {
-                performUndecided(effect, id: id, send: send, context: carried)
+                performUndecided(effect, id: id, send: send, context: carried, tally: &tally)
                 id &+= 1
             }
             return
@@ -69,7 +77,7 @@ extension Loop {
                 apply(decided.list[next].admission, to: effect, id: id, on: decided.host)
                 next += 1
             } else {
-                performUndecided(effect, id: id, send: send, context: carried)
+                performUndecided(effect, id: id, send: send, context: carried, tally: &tally)
             }
             id &+= 1
         }
@@ -78,8 +86,15 @@ extension Loop {
     /// Performs an effect the engine took no decision for: it stops the loop, runs inline, or is
     /// reported failed (unrouted).
     @inlinable
-    func performUndecided(_ effect: Effect, id: UInt64, send: Send<Event>, context carried: CarriedContext? = nil) {
+    func performUndecided(
+        _ effect: Effect,
+        id: UInt64,
+        send: Send<Event>,
+        context carried: CarriedContext? = nil,
+        tally: inout SyncTally
+    ) {
         if let stopOn = context.router.stopOn, let gracePeriod = stopOn(effect) {
+            tally.count(completed: true)
             return stopItself(gracePeriod: gracePeriod, asked: effect, id: id)
         }
         switch context.router.performer(for: effect) {
@@ -91,11 +106,12 @@ extension Loop {
                         effect,
                         id: id,
                         { effect, send in try scope.run(carried, effect) { try perform(effect, send) } },
-                        send: send
+                        send: send,
+                        tally: &tally
                     )
                 }
             } else {
-                performSync(effect, id: id, perform, send: send)
+                performSync(effect, id: id, perform, send: send, tally: &tally)
             }
         case nil where context.router.lifecycle(of: effect).policy == .cancel:
             // A `cancel` effect needs no route; with no asynchronous route there is nothing to cancel.
@@ -103,7 +119,7 @@ extension Loop {
         case .async, .completing, nil:
             // The engine decides every asynchronous effect, so `.async` is never reached here; were it,
             // the effect would be reported rather than lost, as an unrouted one is.
-            countSync(completed: false)
+            tally.count(completed: false)
             reportFailure(of: effect, id: id, EffectError.unrouted, send: send)
         }
     }
@@ -135,14 +151,15 @@ extension Loop {
         _ effect: Effect,
         id: UInt64,
         _ perform: @Sendable (Effect, Send<Event>) throws -> Void,
-        send: Send<Event>
+        send: Send<Event>,
+        tally: inout SyncTally
     ) {
         guard context.sink != nil else {
             do {
                 try perform(effect, send)
-                countSync(completed: true)
+                tally.count(completed: true)
             } catch {
-                countSync(completed: false)
+                tally.count(completed: false)
                 reportFailure(of: effect, id: id, error, send: send)
             }
             return
@@ -152,22 +169,22 @@ extension Loop {
         let start = ContinuousClock.now
         do {
             try perform(effect, send)
-            countSync(completed: true)
+            tally.count(completed: true)
             observe(.effectCompleted(effect, id: effectID, duration: ContinuousClock.now - start))
         } catch {
-            countSync(completed: false)
+            tally.count(completed: false)
             reportFailure(of: effect, id: id, error, send: send, duration: ContinuousClock.now - start)
         }
     }
 
-    /// The program asked, with `effect`, to stop its loop within `gracePeriod`.
+    /// The program asked, with `effect`, to stop its loop within `gracePeriod` (the effect is counted
+    /// completed by the caller).
     @usableFromInline
     func stopItself(gracePeriod: Duration, asked effect: Effect, id: UInt64) {
         let effectID = EffectID(rawValue: id)
         if context.sink != nil {
             observe(.effectStarted(effect, id: effectID, lifecycle: context.router.lifecycle(of: effect)))
         }
-        countSync(completed: true)
         if let notifyGroup {
             notifyGroup(self, .stopAsked)
         } else {

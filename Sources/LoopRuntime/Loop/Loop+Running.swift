@@ -139,8 +139,9 @@ extension Loop {
     /// For the claimer: starts the start-up effects, then processes the events queued so far.
     @inlinable
     func start(with first: Dispatch<Effect, Event>) {
-        if !first.isEmpty { dispatch(first, send: effectSend) }
-        drain(from: nil)
+        var tally = SyncTally()
+        if !first.isEmpty { dispatch(first, send: effectSend, tally: &tally) }
+        drain(from: nil, counted: tally)
     }
 
     /// Stops at once (deadline or cancellation), if the loop has not stopped yet.

@@ -44,19 +44,6 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     @usableFromInline
     let notifyGroup: (@Sendable (Loop, GroupNotice) -> Void)?
     let identifiers = Atomic<UInt64>(0)
-    private let syncCompleted = Atomic<Int>(0)
-    private let syncFailed = Atomic<Int>(0)
-
-    /// Counts how a synchronous effect (or an unrouted one) ended; such an effect counts as started once
-    /// it has ended, so one atomic operation records both.
-    @usableFromInline
-    func countSync(completed: Bool) {
-        if completed {
-            syncCompleted.add(1, ordering: .relaxed)
-        } else {
-            syncFailed.add(1, ordering: .relaxed)
-        }
-    }
 
     /// Creates a loop for `program`.
     ///
@@ -290,12 +277,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
 
     /// What the loop has done so far; once stopped, how it stopped.
     public var report: LoopReport {
-        var report = engine.withLock { $0.currentReport }
-        let (completed, failed) = (syncCompleted.load(ordering: .relaxed), syncFailed.load(ordering: .relaxed))
-        report.effectsStarted += completed + failed
-        report.effectsCompleted += completed
-        report.effectsFailed += failed
-        return report
+        engine.withLock { $0.currentReport }
     }
 
     /// The loop's states as they change, for consumers such as a status endpoint.

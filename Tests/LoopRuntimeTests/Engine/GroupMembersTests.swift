@@ -38,7 +38,7 @@ import Testing
         if case .inserted(.accepted, let first) = insertion { (first != nil) == claimed } else { false }
     }
 
-    @Test func anIdleGroupCreatesLoopsThatQueueUntilItRuns() {
+    @Test func aCreatedGroupCreatesLoopsThatQueueUntilItRuns() {
         var members = Members()
         let created = loop("a")
         #expect(members.lookup("a") == .absent)
@@ -85,7 +85,7 @@ import Testing
         #expect(found === first)
     }
 
-    @Test func stoppingAnIdleGroupStopsItForGood() {
+    @Test func stoppingACreatedGroupStopsItForGood() {
         var members = Members()
         let created = loop("a")
         _ = members.insert(created, for: "a", event: 1)

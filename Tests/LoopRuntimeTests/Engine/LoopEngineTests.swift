@@ -122,16 +122,16 @@ import Testing
         return finish
     }
 
-    // MARK: idle
+    // MARK: created
 
-    @Test func anIdleLoopQueuesEventsAndProcessesNothing() {
+    @Test func aCreatedLoopQueuesEventsAndProcessesNothing() {
         var engine = engine()
         let action1 = engine.receive(.add(1), from: .outside)
         #expect(action1 == .queued)
         #expect(engine.machine.state == 0 && engine.phase == .created && engine.report.eventsSent == 1)
     }
 
-    @Test func claimingAnIdleLoopHandsTheClaimerTheBatonAndTheStartUpEffects() {
+    @Test func claimingACreatedLoopHandsTheClaimerTheBatonAndTheStartUpEffects() {
         var engine = engine()
         let action2 = engine.claim(host, first: [.async("boot")])
         #expect(
@@ -161,6 +161,23 @@ import Testing
         #expect(engine.machine.state == 1 && engine.phase == .running(host, draining: false))
     }
 
+    @Test func synchronousEffectsThatEndedOutsideTheLockAreCountedAtTheNextStep() {
+        var engine = engine()
+        _ = engine.receive(.emit([.sync("a"), .sync("b"), .sync("c")]), from: .outside)
+        _ = engine.claim(host, first: [])
+        _ = engine.nextStep()
+        var tally = SyncTally()
+        tally.count(completed: true)
+        tally.count(completed: true)
+        tally.count(completed: false)
+        let before = engine.report
+        let action = engine.nextStep(counting: tally)
+        #expect(action == .idle)
+        #expect(engine.report.effectsStarted == before.effectsStarted + 3)
+        #expect(engine.report.effectsCompleted == before.effectsCompleted + 2)
+        #expect(engine.report.effectsFailed == before.effectsFailed + 1)
+    }
+
     @Test func stoppingALoopThatNeverRanDropsWhatItQueued() {
         var engine = engine()
         _ = engine.receive(.add(1), from: .outside)
@@ -179,10 +196,10 @@ import Testing
             }
         }
         #expect(started)
-        var idle = self.engine()
-        _ = idle.stop()
+        var created = self.engine()
+        _ = created.stop()
         let known = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-            continuation.resume(returning: idle.waitForStart(2, continuation) ?? true)
+            continuation.resume(returning: created.waitForStart(2, continuation) ?? true)
         }
         #expect(known == false)
     }
