@@ -60,7 +60,7 @@ extension Update {
     ///
     /// Works as ``embed(_:state:event:effect:)`` while the child state at `state` is present. An event
     /// for the child while it is absent changes nothing; it produces the effects `absent` returns for it,
-    /// so the program can report it, or none when `absent` is not given.
+    /// so the program can say so, or none when `absent` is not given.
     @inlinable
     public static func embedIfPresent<ChildState, ChildEvent, ChildEffect>(
         _ child: Update<ChildState, ChildEvent, ChildEffect>,

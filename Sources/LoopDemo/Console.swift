@@ -8,7 +8,7 @@ internal import Musl
 internal import Darwin
 #endif
 
-/// Where the demo writes: report lines, and live progress, which is a line redrawn in place on a
+/// Where the demo writes: `say` lines, and live progress, which is a line redrawn in place on a
 /// terminal and a plain line otherwise.
 public final class Console: Sendable {
     /// Whether output goes to a terminal.
@@ -17,7 +17,7 @@ public final class Console: Sendable {
     private let writeError: @Sendable (String) -> Void
     private let progressLine = Locked<String?>(nil)
 
-    /// A console writing report lines with `write` and problems with `writeError` (`write` if `nil`).
+    /// A console writing `say` lines with `write` and problems with `writeError` (`write` if `nil`).
     public init(
         isTerminal: Bool,
         write: @escaping @Sendable (String) -> Void,
@@ -28,7 +28,7 @@ public final class Console: Sendable {
         self.writeError = writeError ?? write
     }
 
-    /// Standard output (a terminal if it is one) for reports, standard error for problems.
+    /// Standard output (a terminal if it is one) for `say` lines, standard error for problems.
     public static func standardOutput() -> Console {
         Console(isTerminal: isatty(1) == 1, write: { writeAll($0, to: 1) }, writeError: { writeAll($0, to: 2) })
     }
@@ -46,7 +46,7 @@ public final class Console: Sendable {
         }
     }
 
-    /// Writes one report line (keeping the progress line below it on a terminal). Control characters
+    /// Writes one `say` line (keeping the progress line below it on a terminal). Control characters
     /// in it (job names and output are untrusted) are shown escaped, never sent to the terminal.
     public func line(_ text: String) {
         let text = Self.escapingControlCharacters(text)

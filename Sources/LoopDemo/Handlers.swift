@@ -2,7 +2,7 @@ public import EffectHandlers
 public import LoopCore
 
 extension JobRunner {
-    /// Runs a job's attempt through the injected shell and reports how it exited.
+    /// Runs a job's attempt through the injected shell and sends back how it exited.
     public struct RunHandler: EffectHandler {
         let shell: any Shell
 
@@ -28,7 +28,7 @@ extension JobRunner {
         public var command: String
     }
 
-    /// Reports that a retry is due. The backoff is not slept here: `retryAfter` is a delayed effect
+    /// Sends that a retry is due. The backoff is not slept here: `retryAfter` is a delayed effect
     /// (``JobRunner/Effect/lifecycle``), so the loop starts this handler once the delay has passed on its
     /// clock, and a `cancelRetry` cancels it while it waits.
     public struct RetryHandler: EffectHandler {

@@ -9,7 +9,7 @@ extension JobRunner {
             submit(spec, &state, &effects)
         case .request(let spec, let replyTo):
             submit(spec, &state, &effects)
-            // What became of it, as the report says it.
+            // What became of it, as its `say` line says it.
             if case .say(let line) = effects.last { effects.append(.answer(replyTo.reply(line))) }
         case .exited(let name, let attempt, let status, let output, let errors):
             guard state.jobs[name]?.status == .running(attempt: attempt) else { break }

@@ -280,10 +280,10 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     ///   that entity is tried again with backoff, the others go on).
     /// - Throws: ``ClusterError`` when the node gave up.
     @discardableResult
-    public func run(onFailure failed: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
+    public func run(onFailure: @escaping @Sendable (ClusterError) -> Void) async throws -> LoopReport {
         // The node's own requests end with it: its client's connections are closed when it stops.
         do {
-            let total = try await running(onFailure: failed)
+            let total = try await running(onFailure: onFailure)
             await client.close()
             return total
         } catch {
@@ -1419,8 +1419,8 @@ extension ClusterNode {
     /// ```swift
     /// let service = RunnableService(node.runnable { logger.warning("\($0)") })
     /// ```
-    public func runnable(onFailure failed: @escaping @Sendable (ClusterError) -> Void) -> some Runnable {
-        FailureForwardingClusterNode(node: self, failed: failed)
+    public func runnable(onFailure: @escaping @Sendable (ClusterError) -> Void) -> some Runnable {
+        FailureForwardingClusterNode(node: self, failed: onFailure)
     }
 }
 

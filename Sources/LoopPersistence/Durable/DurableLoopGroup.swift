@@ -519,7 +519,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         await underlying.waitUntilRunning()
     }
 
-    /// Releases `id` if it is quiet; returns whether it did.
+    /// Passivates `id` if it is quiet; returns whether it did.
     @discardableResult
     public func passivate(_ id: ID) -> Bool {
         guard underlying.passivate(id, when: \.isQuiet) else { return false }
@@ -528,7 +528,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         return true
     }
 
-    /// Releases quiet entities, oldest first, until the group is back within its cap; a busy one goes to
+    /// Passivates quiet entities, oldest first, until the group is back within its cap; a busy one goes to
     /// the back of the line. Tries a few per call, so a send never pays for a long scan.
     @usableFromInline
     func passivateOldest() {
@@ -539,7 +539,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         }
     }
 
-    /// Releases every quiet entity that received nothing since the sweep before the last.
+    /// Passivates every quiet entity that received nothing since the sweep before the last.
     private func sweep() {
         let idle = residents.withLock { $0.advance() }
         for id in idle where !passivate(id) { keepOrForget(id) }
@@ -600,10 +600,28 @@ final class Failures: Sendable {
 /// The live entities of a durable group, oldest first, with the sweep in which each last got an event.
 @usableFromInline
 struct Residents<ID: Hashable> {
-    /// Ids in the order they came, or were put back; an id forgotten meanwhile is skipped when reached.
-    @usableFromInline var order = Queue<ID>()
-    @usableFromInline var seen: [ID: UInt64] = [:]
+    /// What the group knows of a live entity.
+    @usableFromInline
+    struct Entry {
+        /// The sweep in which it last got an event.
+        @usableFromInline var generation: UInt64
+        /// Which place in the line is its own: the stamp it was last put in the line with.
+        @usableFromInline var stamp: UInt64
+
+        @inlinable
+        init(generation: UInt64, stamp: UInt64) {
+            self.generation = generation
+            self.stamp = stamp
+        }
+    }
+
+    /// Ids in the order they came or were put back, each with the stamp of that place. A place its id no
+    /// longer holds (the id was forgotten, or put back since) is skipped when reached, and such places
+    /// are swept out once they are as many as the live ids, so the line stays within about twice them.
+    @usableFromInline var order = Queue<(id: ID, stamp: UInt64)>()
+    @usableFromInline var seen: [ID: Entry] = [:]
     @usableFromInline var generation: UInt64 = 0
+    @usableFromInline var stamps: UInt64 = 0
 
     @inlinable
     init() {}
@@ -611,10 +629,26 @@ struct Residents<ID: Hashable> {
     @inlinable
     var count: Int { seen.count }
 
-    /// Notes an event for `id`.
+    /// Notes an event for `id`; a new id goes to the end of the line.
     @inlinable
     mutating func touch(_ id: ID) {
-        if seen.updateValue(generation, forKey: id) == nil { order.append(id) }
+        if let index = seen.index(forKey: id) {
+            seen.values[index].generation = generation
+        } else {
+            stamps += 1
+            seen[id] = Entry(generation: generation, stamp: stamps)
+            enqueue(id, stamp: stamps)
+        }
+    }
+
+    /// Puts `id` in the line with `stamp`, sweeping out the places no id holds when they pile up.
+    @inlinable
+    mutating func enqueue(_ id: ID, stamp: UInt64) {
+        order.append((id, stamp))
+        guard order.count > 2 * seen.count + 1_024 else { return }
+        for place in order.removeAll() where seen[place.id]?.stamp == place.stamp {
+            order.append(place)
+        }
     }
 
     mutating func forget(_ id: ID) {
@@ -623,21 +657,24 @@ struct Residents<ID: Hashable> {
 
     /// The oldest live id, taken off the line.
     mutating func popOldest() -> ID? {
-        while let id = order.popFirst() {
-            if seen[id] != nil { return id }
+        while let place = order.popFirst() {
+            if seen[place.id]?.stamp == place.stamp { return place.id }
         }
         return nil
     }
 
     /// Puts a live id back at the end of the line.
     mutating func requeue(_ id: ID) {
-        if seen[id] != nil { order.append(id) }
+        guard seen[id] != nil else { return }
+        stamps += 1
+        seen[id]?.stamp = stamps
+        enqueue(id, stamp: stamps)
     }
 
     /// Starts a new sweep; returns the ids that got nothing during the whole previous one.
     mutating func advance() -> [ID] {
         generation += 1
-        return seen.compactMap { id, last in last + 2 <= generation ? id : nil }
+        return seen.compactMap { id, entry in entry.generation + 2 <= generation ? id : nil }
     }
 }
 

@@ -342,7 +342,7 @@ public final class FileEventStore: AppendingWithCompletion {
         then completion: @escaping @Sendable (Result<UInt64, EventStoreError>) -> Void
     ) {
         switch immediateOutcome(payloads, to: stream, expecting: expectedVersion) {
-        case .success(let settled?): completion(.success(settled))
+        case .success(let decided?): completion(.success(decided))
         case .failure(let error): completion(.failure(error))
         case .success(nil):
             submit(.append(stream: stream, payloads: payloads, expected: expectedVersion), .callback(completion))

@@ -100,7 +100,7 @@ final class Host: Sendable {
         machine.withLock { $0.join() }
     }
 
-    /// A loop has stopped; once every member has left after a stop was requested, the host is done.
+    /// A loop has stopped; once every member has left after a stop was asked for, the host is done.
     @usableFromInline
     func leave() {
         carryOut(machine.withLock { $0.leave() })

@@ -36,7 +36,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         /// Queued, and the oldest queued event was dropped to make room.
         case droppedOldest(Event)
         /// Processed at once by the caller, who now holds the drain baton: take the step, then
-        /// continue with ``LoopEngine/nextStep(_:)``.
+        /// continue with ``LoopEngine/nextStep(counting:)``.
         case step(Step<State, Event, Effect>)
         /// Processed completely inside the lock: no effects, no observer, nobody to wake.
         case processed
@@ -77,7 +77,6 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         /// The loop stops on `host`: turn `senders` away, call `cancelling` (effects waiting for their
         /// delay never start), report `cancelled` (throttled effects that waited), carry out `finish` if
         /// nothing was left to wait for.
-        /// Graceful shutdown began on `host`: turn `senders` away; `finish` if nothing was left to do.
         case stopping(
             Host?,
             senders: [TurnedAway<Event>],

@@ -1,11 +1,11 @@
 /// The runtime's one first-in first-out queue, with O(1) amortised append and removal at the front: a
-/// loop's inbox, the events waiting behind a busy effect key, a host's jobs, a durable group's live
-/// entities in the order they came.
+/// loop's inbox, the effects waiting behind a busy effect key, a host's jobs, a durable group's live
+/// entities in the order they came, a key window's keys.
 ///
 /// Two stacks: new elements go on `incoming`; the front is the end of `outgoing`, refilled by swapping in
-/// `incoming` and reversing it in place when it runs out, so both buffers are reused. An element taken
-/// leaves its slot at once, so what it holds is not kept until the queue next empties; a queue that grew
-/// in a burst gives its buffers back once it is empty.
+/// `incoming` and reversing it in place when it runs out, so under a steady load both buffers are reused.
+/// An element taken leaves its slot at once, so what it holds is not kept until the queue next empties;
+/// a queue that grew in a burst gives its large buffers back once it is empty.
 @usableFromInline
 package struct Queue<Element> {
     @usableFromInline
@@ -44,7 +44,7 @@ package struct Queue<Element> {
             outgoing.reverse()
         }
         let first = outgoing.popLast()
-        if outgoing.isEmpty && outgoing.capacity > Self.keptCapacity { outgoing = [] }
+        if outgoing.isEmpty && incoming.isEmpty { giveBackLargeBuffers() }
         return first
     }
 
@@ -55,6 +55,13 @@ package struct Queue<Element> {
         incoming = []
         outgoing = []
         return all
+    }
+
+    /// Once the queue is empty: drops a buffer a burst left large, keeps a small one for reuse.
+    @inlinable
+    mutating func giveBackLargeBuffers() {
+        if outgoing.capacity > Self.keptCapacity { outgoing = [] }
+        if incoming.capacity > Self.keptCapacity { incoming = [] }
     }
 
     /// The largest buffer an empty queue keeps: small ones are reused, larger ones are given back.

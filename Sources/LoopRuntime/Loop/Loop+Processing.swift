@@ -94,7 +94,12 @@ extension Loop {
         tally: inout SyncTally
     ) {
         if let stopOn = context.router.stopOn, let gracePeriod = stopOn(effect) {
+            // Counted before the stop, with what the step counted so far: a stop with no grace period
+            // may end the loop before this step's holder next reaches the engine.
             tally.count(completed: true)
+            let counted = tally
+            tally = SyncTally()
+            engine.withLock { $0.count(counted) }
             return stopItself(gracePeriod: gracePeriod, asked: effect, id: id)
         }
         switch context.router.performer(for: effect) {
@@ -178,7 +183,7 @@ extension Loop {
     }
 
     /// The program asked, with `effect`, to stop its loop within `gracePeriod` (the effect is counted
-    /// completed by the caller).
+    /// completed by the caller, before the stop).
     @usableFromInline
     func stopItself(gracePeriod: Duration, asked effect: Effect, id: UInt64) {
         let effectID = EffectID(rawValue: id)

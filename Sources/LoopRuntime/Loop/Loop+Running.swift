@@ -87,7 +87,7 @@ extension Loop {
     }
 
     /// A host for this loop alone, with `members` loops on it (this one, once it has claimed it), whose
-    /// shutdown fires `sourcesStop` (if the loop runs sources) and expires the loop.
+    /// shutdown fires `sourcesStop` (if the loop runs sources) and abandons the loop.
     private func host(members: Int, sourcesStop: OneShotSignal?) -> Host {
         Host(
             clock: context.clock,

@@ -275,7 +275,10 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         engine.withLock { $0.throttleIntervals }
     }
 
-    /// What the loop has done so far; once stopped, how it stopped.
+    /// What the loop has done so far; once stopped, how it stopped. The synchronous effects of an event
+    /// are counted when the step that ran them ends: a loop abandoned in the middle of a step (its
+    /// deadline, or the cancellation of `run()`'s task) adds that step's to this report after the one
+    /// `run()` returned.
     public var report: LoopReport {
         engine.withLock { $0.currentReport }
     }

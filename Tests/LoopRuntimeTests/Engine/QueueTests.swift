@@ -43,6 +43,18 @@ import Testing
         #expect(kept > 0)
     }
 
+    @Test func underASteadyLoadBothBuffersAreReused() {
+        var queue = Queue<Int>()
+        for index in 0..<100 { queue.append(index) }
+        #expect(queue.popFirst() == 0)
+        for index in 100..<200 { queue.append(index) }
+        for expected in 1..<100 { #expect(queue.popFirst() == expected) }
+        // The front ran out while more waited: its buffer stays for the next refill.
+        #expect(queue.outgoing.isEmpty && queue.outgoing.capacity >= 99)
+        #expect(queue.popFirst() == 100)
+        #expect(queue.incoming.capacity >= 99)
+    }
+
     @Test func anElementTakenLeavesTheQueueAtOnce() {
         final class Payload {}
         weak var watched: Payload?
