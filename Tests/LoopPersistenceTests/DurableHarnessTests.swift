@@ -64,13 +64,17 @@ import Testing
 @Suite(.serialized) struct IdleWorkTests {
     /// While the idle thread is busy, a newer snapshot of a stream replaces the one still waiting.
     @Test func aNewerJobOfAKeyReplacesOneNotYetStarted() async {
-        let (blocker, gate) = await occupy(IdleWork.shared)
-        let older = Task { await IdleWork.shared.run(key: "idle-test") { 1 } }
-        await eventually("the older job waits") { IdleWork.shared.isQueued("idle-test") }
-        let newer = Task { await IdleWork.shared.run(key: "idle-test") { 2 } }
+        // A thread of its own: occupying the process's would hold up every snapshot of the tests running
+        // beside this one, and a graceful stop waits for its loop's snapshot (ci: a durable group's stop
+        // ran out of its 30 s grace while this test held the shared thread through a loaded pool's awaits).
+        let work = IdleWork()
+        let (blocker, gate) = await occupy(work)
+        let older = Task { await work.run(key: "idle-test") { 1 } }
+        await eventually("the older job waits") { work.isQueued("idle-test") }
+        let newer = Task { await work.run(key: "idle-test") { 2 } }
         // The older one is answered `nil`, unrun, as soon as the newer one takes its place.
         #expect(await older.value == nil)
-        #expect(IdleWork.shared.isQueued("idle-test"))
+        #expect(work.isQueued("idle-test"))
         gate.signal()
         #expect(await newer.value == 2)
         #expect(await blocker.value == 0)
@@ -113,6 +117,70 @@ import Testing
         if work.scheduling.idles {
             try await poll("the thread is back under SCHED_IDLE") { work.scheduling.policy == 5 }
         }
+    }
+
+    /// A hurried owner's jobs leave the queue and run on the tasks that wait for them, at once, and its
+    /// later jobs never queue; another owner's job of the same key still waits for the thread.
+    @Test func aHurriedOwnersJobsRunAtOnceWhereTheyAreAskedFor() async {
+        let work = IdleWork()
+        let (blocker, gate) = await occupy(work)
+        let (stopping, other) = (IdleWork.Owner(), IdleWork.Owner())
+        let waiting = Task { await work.run(owner: stopping, key: "hurried") { 1 } }
+        let unrelated = Task { await work.run(owner: other, key: "hurried") { 2 } }
+        await eventually("both jobs wait") {
+            work.isQueued("hurried") && work.queued(of: stopping) == 1 && work.queued(of: other) == 1
+        }
+        work.hurry(stopping)
+        // The thread is still held: only a job handed back can have run.
+        #expect(await waiting.value == 1)
+        #expect(await work.run(owner: stopping, key: "hurried") { 3 } == 3)
+        #expect(work.queued(of: stopping) == 0)
+        #expect(work.queued(of: other) == 1)
+        gate.signal()
+        #expect(await unrelated.value == 2)
+        #expect(await blocker.value == 0)
+    }
+
+    /// A graceful stop of a durable group or loop does not wait for the idle thread: the snapshot its
+    /// last append carries is encoded on the stopping loop's task (ci: a group's stop ran out of its
+    /// 30 s grace while the process's idle thread worked through other loops' snapshots).
+    @Test func aGracefulStopSavesItsSnapshotsWithoutWaitingForTheIdleThread() async throws {
+        let (blocker, gate) = await occupy(IdleWork.shared)
+        // The process's thread is released whatever happens here: every other test's snapshots wait for it.
+        do { try await stopWhileTheIdleThreadIsHeld() } catch { Issue.record(error) }
+        gate.signal()
+        #expect(await blocker.value == 0)
+    }
+
+    func stopWhileTheIdleThreadIsHeld() async throws {
+        let group = Account.Group(
+            program: Account.program,
+            effects: Account.router,
+            store: InMemoryEventStore(),
+            snapshotEvery: 1
+        )
+        let runningGroup = Task { try await group.run() }
+        #expect(try await group.sendDurably(.note(1), to: "a") == 1)
+        group.stop()
+        #expect(try await runningGroup.value.ending == .drained)
+        #expect(group.storeWork.snapshotsSaved == 1)
+
+        let store = InMemoryEventStore()
+        let loop = DurableLoop(
+            stream: "ledger",
+            program: Ledger.program,
+            effects: Card(store: store).router,
+            store: store,
+            snapshotEvery: 1
+        )
+        let runningLoop = Task { try await loop.run() }
+        #expect(try await loop.sendDurably(.add(1)) == 1)
+        loop.stop()
+        #expect(try await runningLoop.value.ending == .drained)
+        // The charge the addition started records an event of its own, whose snapshot replaces the first
+        // one if that still waits: the latest is of the stream's last version.
+        #expect(loop.storeWork.snapshotsSaved >= 1)
+        #expect(try await store.latestSnapshot(of: "ledger")?.version == store.version(of: "ledger"))
     }
 
     /// Occupies `work`'s thread with a job that returns 0 once the semaphore is signalled.

@@ -271,8 +271,11 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     }
 
     /// Stops the loop gracefully (see ``/LoopRuntime/Loop/stop(gracePeriod:)``): appends under way finish,
-    /// and effects of recorded events get the grace period.
+    /// and effects of recorded events get the grace period. Snapshots still to save are encoded at once,
+    /// not when a processor is idle.
     public func stop(gracePeriod: Duration = .seconds(30)) {
+        // The snapshots still to save are part of the stop: encoded now, not when a processor is idle.
+        storage.hurrySnapshots()
         underlying.stop(gracePeriod: gracePeriod)
         // Stopped before it ran: its queued events are dropped, so nobody may wait for them.
         if !underlying.isRunning { callers.end() }

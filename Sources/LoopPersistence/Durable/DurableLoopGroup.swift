@@ -507,8 +507,11 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
         }
     }
 
-    /// Stops the group gracefully (see ``/LoopRuntime/LoopGroup/stop(gracePeriod:)``).
+    /// Stops the group gracefully (see ``/LoopRuntime/LoopGroup/stop(gracePeriod:)``). Snapshots still to
+    /// save are encoded at once, not when a processor is idle.
     public func stop(gracePeriod: Duration = .seconds(30)) {
+        // The snapshots still to save are part of the stop: encoded now, not when a processor is idle.
+        storage.hurrySnapshots()
         underlying.stop(gracePeriod: gracePeriod)
         // Stopped before it ran: its queued events are dropped, so nobody may wait for them.
         if !underlying.isRunning { callers.end() }

@@ -14,9 +14,10 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
     /// The program of the entity whose stream is being recovered.
     @usableFromInline let program: @Sendable (String) -> DurableProgram<State, Event, Effect>?
     @usableFromInline let keysKept: Int
-    /// Unique within the process: a snapshot waiting for the idle thread is replaced only by a newer one
-    /// of the same stream of the same loop or group (other stores may have streams of the same name).
-    @usableFromInline let identity: UInt64
+    /// Its loop's or group's snapshots on the idle thread: a snapshot waiting there is replaced only by a
+    /// newer one of the same stream of the same loop or group (other stores may have streams of the same
+    /// name), and a stop hurries them (see ``hurrySnapshots()``).
+    @usableFromInline let snapshots: IdleWork.Owner
     /// The clock timers' due times are recorded on.
     @usableFromInline let epoch: any EpochClock
     /// Where a group remembers its entities with work under way, if it does (see ``WorkMemory``).
@@ -39,7 +40,14 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         self.keysKept = keysKept
         self.epoch = (clock as? any EpochClock) ?? SystemEpochClock()
         self.program = program
-        identity = storageIdentities.add(1, ordering: .relaxed).newValue
+        self.snapshots = IdleWork.Owner()
+    }
+
+    /// Has this loop's or group's snapshots encoded at once, on the tasks that save them, from now on: a
+    /// stop waits for them, and should not wait for an idle processor (see ``IdleWork``).
+    @usableFromInline
+    func hurrySnapshots() {
+        IdleWork.shared.hurry(snapshots)
     }
 
     /// The latest snapshot, then every later event folded through the update, one page in memory; the
@@ -230,9 +238,10 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             // Encoded where it takes no processor from events (see IdleWork), after they are acknowledged.
             let states = self.states
             // A newer snapshot of the stream asked for before this one was encoded replaces it.
-            let key = "\(identity) \(stream)"
-            guard let encoded = await IdleWork.shared.run(key: key, { Result { try states.encode(state) } })
-            else { return .superseded }
+            let encoded = await IdleWork.shared.run(owner: snapshots, key: stream) {
+                Result { try states.encode(state) }
+            }
+            guard let encoded else { return .superseded }
             let payload = RecordEnvelope.snapshot(try encoded.get(), keys: keys, timers: timers)
             try await store.save(Snapshot(stream: stream, version: version, payload: payload))
             return .saved
@@ -602,10 +611,6 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         }
     }
 }
-
-/// The identities of durable loops' and groups' storages.
-@usableFromInline
-let storageIdentities = Atomic<UInt64>(0)
 
 /// The ticket numbers of every durable loop's waiting callers, unique within the process, so one
 /// `.fail` can name senders, readers and requesters together.

@@ -21,14 +21,51 @@ internal import Glibc
 /// recovery's length, and a newer snapshot of a stream replaces one still waiting, so they do not pile
 /// up. Where the process may not leave `SCHED_IDLE` again (no `CAP_SYS_NICE`, `RLIMIT_NICE` below 1),
 /// the thread stays at `nice` 19.
+///
+/// Nothing but a graceful stop waits for a snapshot (an append's effect ends once its snapshot is saved),
+/// and a stop should not wait for idle processors, nor behind other loops' snapshots: a stopping loop
+/// ``hurry(_:)``s its jobs, which then run at once on the tasks that wait for them, at their priority.
 @usableFromInline
 package final class IdleWork: Sendable {
     /// The process's one idle thread, started on first use.
     @usableFromInline
     package static let shared = IdleWork()
 
-    /// A job: run (`true`) or dropped for a newer one of the same key (`false`).
-    private typealias Job = (key: String?, run: @Sendable (Bool) -> Void)
+    /// Whose jobs these are: one per durable loop or group, so that its stop can ``IdleWork/hurry(_:)``
+    /// them, and so that only its own newer job of a key replaces one still waiting.
+    @usableFromInline
+    package final class Owner: Sendable {
+        /// Whether its jobs run at once where they are asked for.
+        fileprivate let hurried = Atomic<Bool>(false)
+
+        /// A new owner, whose jobs wait for the idle thread until it is hurried.
+        @usableFromInline
+        package init() {}
+    }
+
+    /// What becomes of a job.
+    private enum Fate {
+        /// The idle thread runs it.
+        case run
+        /// A newer job of its owner and key took its place.
+        case superseded
+        /// Its owner was hurried: the task waiting for it runs it.
+        case handedBack
+    }
+
+    /// A job, with its owner and key.
+    private struct Job {
+        var owner: Owner?
+        var key: String?
+        var run: @Sendable (Fate) -> Void
+    }
+
+    /// What a waiting task gets back.
+    private enum Outcome<T: Sendable>: Sendable {
+        case ran(T)
+        case superseded
+        case handedBack
+    }
 
     private struct Thread {
         var jobs: [Job] = []
@@ -77,7 +114,7 @@ package final class IdleWork: Sendable {
                         thread.busy = true
                         return thread.jobs.removeFirst()
                     }
-                    job?.run(true)
+                    job?.run(.run)
                     // The queue is empty: back to waiting for idle processors only.
                     let lower = state.withLock { thread -> Bool in
                         thread.busy = false
@@ -117,25 +154,43 @@ package final class IdleWork: Sendable {
     /// Whether a job of `key` waits for the thread. For tests.
     package func isQueued(_ key: String) -> Bool { thread.withLock { $0.jobs.contains { $0.key == key } } }
 
-    /// Runs `body` on the idle thread and returns its result; or, if a newer job with the same `key`
-    /// arrives before this one ran, returns `nil` without running it. A busy processor delays the thread,
-    /// so a stream's snapshots do not pile up behind it: only its newest waits.
+    /// How many of `owner`'s jobs wait for the thread. For tests.
+    package func queued(of owner: Owner) -> Int { thread.withLock { $0.jobs.count { $0.owner === owner } } }
+
+    /// Runs `body` on the idle thread and returns its result; or, if a newer job of the same `owner` and
+    /// `key` arrives before this one ran, returns `nil` without running it. A busy processor delays the
+    /// thread, so a stream's snapshots do not pile up behind it: only its newest waits. Once `owner` is
+    /// hurried, `body` runs here, at once.
     @usableFromInline
-    package func run<T: Sendable>(key: String? = nil, _ body: @escaping @Sendable () -> T) async -> T? {
-        guard started else { return body() }
+    package func run<T: Sendable>(
+        owner: Owner? = nil,
+        key: String? = nil,
+        _ body: @escaping @Sendable () -> T
+    ) async -> T? {
+        guard started, owner?.hurried.load(ordering: .acquiring) != true else { return body() }
         let done = Done()
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<T?, Never>) in
-            let superseded = thread.withLock { thread -> Job? in
-                let job: Job = (key, { run in continuation.resume(returning: run ? body() : nil) })
-                if let key, let index = thread.jobs.firstIndex(where: { $0.key == key }) {
+        let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<Outcome<T>, Never>) in
+            let job = Job(owner: owner, key: key) { fate in
+                switch fate {
+                case .run: continuation.resume(returning: .ran(body()))
+                case .superseded: continuation.resume(returning: .superseded)
+                case .handedBack: continuation.resume(returning: .handedBack)
+                }
+            }
+            let (superseded, queued) = thread.withLock { thread -> (Job?, Bool) in
+                // Looked at again under the lock: a hurry takes the owner's jobs under it after marking
+                // the owner, so a job is either taken by it or never queued.
+                if owner?.hurried.load(ordering: .acquiring) == true { return (nil, false) }
+                if let key, let index = thread.jobs.firstIndex(where: { $0.key == key && $0.owner === owner }) {
                     defer { thread.jobs[index] = job }
-                    return thread.jobs[index]
+                    return (thread.jobs[index], true)
                 }
                 thread.jobs.append(job)
-                return nil
+                return (nil, true)
             }
+            guard queued else { return job.run(.handedBack) }
             // A job replaced keeps the queue's length: the thread is woken once per job in the queue.
-            if let superseded { superseded.run(false) } else { signal.signal() }
+            if let superseded { superseded.run(.superseded) } else { signal.signal() }
             // The timer holds the thread's state, not this object: no weak reference outlives a test.
             let thread = self.thread
             DispatchQueue.global().asyncAfter(deadline: .now() + patience) {
@@ -143,7 +198,27 @@ package final class IdleWork: Sendable {
             }
         }
         done.flag.store(true, ordering: .releasing)
-        return result
+        switch outcome {
+        case .ran(let result): return result
+        case .superseded: return nil
+        case .handedBack: return body()
+        }
+    }
+
+    /// Hurries `owner`'s jobs: those waiting for the thread are handed back to the tasks that wait for
+    /// them, which run them at once, and later ones run where they are asked for. A job the thread runs
+    /// already finishes there. For a loop that stops: its stop waits for its snapshots, not for idle
+    /// processors or other loops' snapshots.
+    @usableFromInline
+    package func hurry(_ owner: Owner) {
+        owner.hurried.store(true, ordering: .releasing)
+        let taken = thread.withLock { thread -> [Job] in
+            let taken = thread.jobs.filter { $0.owner === owner }
+            if !taken.isEmpty { thread.jobs.removeAll { $0.owner === owner } }
+            return taken
+        }
+        // The thread may be woken once more than there are jobs: it finds the queue empty and waits again.
+        for job in taken { job.run(.handedBack) }
     }
 
     /// A job has waited `patience` under `SCHED_IDLE`: the thread gets `nice` 19 until its queue is empty.
