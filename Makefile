@@ -31,7 +31,7 @@ bench-locks: ; for w in w2 w2s; do swift run -c release -Xswiftc -DEFFECTLOOP_CO
 docs: deps ; bash Docs/Site/build.sh
 docs-check: docs ; bash Docs/Site/check.sh
 # The format, and that Docs/Architecture.md's module table says what Package.swift declares.
-lint: ; swift format lint --strict $(FMT_OPTIONS) $(SOURCES) && swift package dump-package | swift .ci/architecture-check.swift
+lint: ; swift format lint --strict $(FMT_OPTIONS) $(SOURCES) && swift package dump-package | swift .ci/architecture-check.swift && swift .ci/guide-check.swift
 format: ; swift format format --in-place $(FMT_OPTIONS) $(SOURCES)
 
 # Fuzzing: each target runs FUZZ_SECONDS from the committed seeds in Fuzz/, under ASan.

@@ -64,6 +64,11 @@ let package = Package(
             ]
         ),
         .testTarget(name: "LoopCoreTests", dependencies: ["LoopCore"]),
+        // The guides' code, compiled and run as the guides show it (`.ci/guide-check.swift`).
+        .testTarget(
+            name: "GuideTests",
+            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopTesting"]
+        ),
         .testTarget(
             name: "LoopTestingTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopTesting", "LoopSupport"]

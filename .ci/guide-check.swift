@@ -1,0 +1,102 @@
+// `make lint`'s check that a guide shows the code a build compiles: each ```swift block of a guide in
+// the table below is, in order, one region of the guide's Swift file, between a `// snippet` line and an
+// `// end snippet` line (compared without the region's common indentation). The Swift file is a test
+// target's, so the build compiles the guide's code and the tests run it. Run from the repository's root;
+// exits 1, naming each difference. With `--write`, copies the regions into the guides instead.
+import Foundation
+
+/// Each guide whose code is compiled, and the file that holds it.
+let guides = [
+    ("Docs/GettingStarted.md", "Tests/GuideTests/GettingStarted.swift")
+]
+
+func read(_ path: String) -> String? { try? String(contentsOfFile: path, encoding: .utf8) }
+
+/// The regions of a Swift file, each without its common indentation and opening with the imports its
+/// marker names (`// snippet imports A B`), or the problem with them.
+func regions(of text: String) -> Result<[String], Problem> {
+    let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+    let imported = Set(lines.filter { $0.hasPrefix("import ") }.map { $0.dropFirst("import ".count) })
+    var found: [String] = []
+    var current: (imports: [Substring], lines: [Substring])?
+    for line in lines {
+        let trimmed = line.trimmingCharacters(in: .whitespaces)
+        if trimmed == "// snippet" || trimmed.hasPrefix("// snippet imports ") {
+            let imports = trimmed.dropFirst("// snippet imports ".count).split(separator: " ")
+            if let missing = imports.first(where: { !imported.contains($0) }) {
+                return .failure(Problem("a region shows `import \(missing)`, which the file does not have"))
+            }
+            current = (imports, [])
+        } else if trimmed == "// end snippet" {
+            guard let region = current else { return .failure(Problem("an `// end snippet` ends no region")) }
+            let opening = region.imports.map { "import \($0)\n" }.joined()
+            found.append(opening + (opening.isEmpty ? "" : "\n") + dedented(region.lines))
+            current = nil
+        } else {
+            current?.lines.append(line)
+        }
+    }
+    return current == nil ? .success(found) : .failure(Problem("a region has no `// end snippet`"))
+}
+
+struct Problem: Error {
+    var text: String
+    init(_ text: String) { self.text = text }
+}
+
+func dedented(_ lines: [Substring]) -> String {
+    let indent =
+        lines.filter { !$0.allSatisfy(\.isWhitespace) }.map { $0.prefix(while: { $0 == " " }).count }.min() ?? 0
+    return lines.map { $0.allSatisfy(\.isWhitespace) ? "" : String($0.dropFirst(indent)) }.joined(separator: "\n")
+}
+
+/// The ```swift blocks of a guide: the range of each block's text, and the line its fence opens on.
+func blocks(of text: String) -> [(range: Range<String.Index>, line: Int)] {
+    var found: [(Range<String.Index>, Int)] = []
+    var searchFrom = text.startIndex
+    while let open = text.range(of: "```swift\n", range: searchFrom..<text.endIndex) {
+        guard let close = text.range(of: "\n```", range: open.upperBound..<text.endIndex) else { break }
+        let line = text[..<open.lowerBound].filter { $0 == "\n" }.count + 1
+        found.append((open.upperBound..<close.lowerBound, line))
+        searchFrom = close.upperBound
+    }
+    return found
+}
+
+let writing = CommandLine.arguments.contains("--write")
+var problems: [String] = []
+for (guide, source) in guides {
+    guard var text = read(guide), let code = read(source) else {
+        problems.append("cannot read \(guide) or \(source)")
+        continue
+    }
+    let shown = blocks(of: text)
+    let compiled: [String]
+    switch regions(of: code) {
+    case .success(let found): compiled = found
+    case .failure(let problem):
+        problems.append("\(source): \(problem.text)")
+        continue
+    }
+    guard shown.count == compiled.count else {
+        problems.append("\(guide) has \(shown.count) swift blocks, \(source) \(compiled.count) snippet regions")
+        continue
+    }
+    if writing {
+        for (block, region) in zip(shown, compiled).reversed() { text.replaceSubrange(block.range, with: region) }
+        do { try text.write(toFile: guide, atomically: true, encoding: .utf8) } catch {
+            problems.append("cannot write \(guide): \(error)")
+        }
+        continue
+    }
+    for (index, (block, region)) in zip(shown, compiled).enumerated() where String(text[block.range]) != region {
+        problems.append(
+            "\(guide):\(block.line): block \(index + 1) is not region \(index + 1) of \(source) (`swift .ci/guide-check.swift --write` copies the compiled code in)"
+        )
+    }
+}
+for problem in problems { FileHandle.standardError.write(Data("guide check: \(problem)\n".utf8)) }
+if !problems.isEmpty { exit(1) }
+print(
+    "guide check: \(guides.count) guide\(guides.count == 1 ? "" : "s") show\(guides.count == 1 ? "s" : "") the code the tests compile"
+)
