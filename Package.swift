@@ -64,10 +64,17 @@ let package = Package(
             ]
         ),
         .testTarget(name: "LoopCoreTests", dependencies: ["LoopCore"]),
-        // The guides' code, compiled and run as the guides show it (`.ci/guide-check.swift`).
+        // The guides' code, compiled and run as the guides show it (`.ci/guide-check.swift`): one target
+        // per guide, so each declares its types at the top level as a reader's module would.
         .testTarget(
-            name: "GuideTests",
-            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopTesting"]
+            name: "GettingStartedGuideTests",
+            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopTesting"],
+            path: "Tests/Guides/GettingStarted"
+        ),
+        .testTarget(
+            name: "ReadmeGuideTests",
+            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime"],
+            path: "Tests/Guides/Readme"
         ),
         .testTarget(
             name: "LoopTestingTests",

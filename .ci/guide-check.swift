@@ -7,8 +7,43 @@ import Foundation
 
 /// Each guide whose code is compiled, and the file that holds it.
 let guides = [
-    ("Docs/GettingStarted.md", "Tests/GuideTests/GettingStarted.swift")
+    ("README.md", "Tests/Guides/Readme/Readme.swift"),
+    ("Docs/GettingStarted.md", "Tests/Guides/GettingStarted/GettingStarted.swift"),
 ]
+
+/// Whether `block` is a fragment of a `Package.swift` (it starts with the package's `dependencies:`).
+func isManifest(_ block: Substring) -> Bool { block.hasPrefix("dependencies:") }
+
+/// Evaluates a `Package.swift` fragment in a manifest of its own (`swift package dump-package`, which
+/// resolves nothing); the problem, if it does not evaluate.
+func evaluate(manifest fragment: Substring) -> String? {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("guide-check-\(UUID())")
+    defer { try? FileManager.default.removeItem(at: directory) }
+    let manifest = """
+        // swift-tools-version:6.0
+        import PackageDescription
+
+        let package = Package(
+            name: "Worker",
+        \(fragment)
+        )
+
+        """
+    do {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try manifest.write(to: directory.appendingPathComponent("Package.swift"), atomically: true, encoding: .utf8)
+        let swift = Process()
+        swift.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        swift.arguments = ["swift", "package", "--package-path", directory.path, "dump-package"]
+        swift.standardOutput = FileHandle.nullDevice
+        swift.standardError = FileHandle.nullDevice
+        try swift.run()
+        swift.waitUntilExit()
+        return swift.terminationStatus == 0 ? nil : "it does not evaluate in a Package.swift"
+    } catch {
+        return "cannot evaluate it: \(error)"
+    }
+}
 
 func read(_ path: String) -> String? { try? String(contentsOfFile: path, encoding: .utf8) }
 
@@ -70,7 +105,11 @@ for (guide, source) in guides {
         problems.append("cannot read \(guide) or \(source)")
         continue
     }
-    let shown = blocks(of: text)
+    let all = blocks(of: text)
+    for block in all where isManifest(text[block.range]) {
+        if let problem = evaluate(manifest: text[block.range]) { problems.append("\(guide):\(block.line): \(problem)") }
+    }
+    let shown = all.filter { !isManifest(text[$0.range]) }
     let compiled: [String]
     switch regions(of: code) {
     case .success(let found): compiled = found
