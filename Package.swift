@@ -72,6 +72,11 @@ let package = Package(
             path: "Tests/Guides/GettingStarted"
         ),
         .testTarget(
+            name: "EffectsGuideTests",
+            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime"],
+            path: "Tests/Guides/Effects"
+        ),
+        .testTarget(
             name: "ReadmeGuideTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime"],
             path: "Tests/Guides/Readme"
