@@ -77,6 +77,11 @@ let package = Package(
             path: "Tests/Guides/Effects"
         ),
         .testTarget(
+            name: "RuntimeGuideTests",
+            dependencies: ["LoopCore", "EffectHandlers", "EventSources", "LoopRuntime"],
+            path: "Tests/Guides/Runtime"
+        ),
+        .testTarget(
             name: "ReadmeGuideTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime"],
             path: "Tests/Guides/Readme"

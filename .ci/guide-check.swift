@@ -10,6 +10,7 @@ let guides = [
     ("README.md", "Tests/Guides/Readme/Readme.swift"),
     ("Docs/GettingStarted.md", "Tests/Guides/GettingStarted/GettingStarted.swift"),
     ("Docs/Effects.md", "Tests/Guides/Effects/Effects.swift"),
+    ("Docs/Runtime.md", "Tests/Guides/Runtime/Runtime.swift"),
 ]
 
 /// Whether `block` is a fragment of a `Package.swift` (it starts with the package's `dependencies:`).
