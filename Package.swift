@@ -82,6 +82,11 @@ let package = Package(
             path: "Tests/Guides/Runtime"
         ),
         .testTarget(
+            name: "JournalGuideTests",
+            dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopJournal"],
+            path: "Tests/Guides/Journal"
+        ),
+        .testTarget(
             name: "ReadmeGuideTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime"],
             path: "Tests/Guides/Readme"

@@ -5,12 +5,16 @@
 // exits 1, naming each difference. With `--write`, copies the regions into the guides instead.
 import Foundation
 
-/// Each guide whose code is compiled, and the file that holds it.
+/// Each guide whose code is compiled, and the files that hold it: their regions, file after file, are the
+/// guide's blocks.
 let guides = [
-    ("README.md", "Tests/Guides/Readme/Readme.swift"),
-    ("Docs/GettingStarted.md", "Tests/Guides/GettingStarted/GettingStarted.swift"),
-    ("Docs/Effects.md", "Tests/Guides/Effects/Effects.swift"),
-    ("Docs/Runtime.md", "Tests/Guides/Runtime/Runtime.swift"),
+    ("README.md", ["Tests/Guides/Readme/Readme.swift"]),
+    ("Docs/GettingStarted.md", ["Tests/Guides/GettingStarted/GettingStarted.swift"]),
+    ("Docs/Effects.md", ["Tests/Guides/Effects/Effects.swift"]),
+    ("Docs/Runtime.md", ["Tests/Guides/Runtime/Runtime.swift"]),
+    ("Docs/Journal.md", ["Tests/Guides/Journal/Journal.swift"]),
+    // The demo's guide shows the demo's own code and tests.
+    ("Docs/Demo.md", ["Sources/LoopDemo/JobRunner.swift", "Tests/LoopDemoTests/JobRunnerTests.swift"]),
 ]
 
 /// Whether `block` is a fragment of a `Package.swift` (it starts with the package's `dependencies:`).
@@ -102,22 +106,24 @@ func blocks(of text: String) -> [(range: Range<String.Index>, line: Int)] {
 
 let writing = CommandLine.arguments.contains("--write")
 var problems: [String] = []
-for (guide, source) in guides {
-    guard var text = read(guide), let code = read(source) else {
-        problems.append("cannot read \(guide) or \(source)")
+for (guide, sources) in guides {
+    let codes = sources.map(read)
+    guard var text = read(guide), !codes.contains(where: { $0 == nil }) else {
+        problems.append("cannot read \(guide) or one of \(sources.joined(separator: ", "))")
         continue
     }
+    let source = sources.joined(separator: " then ")
     let all = blocks(of: text)
     for block in all where isManifest(text[block.range]) {
         if let problem = evaluate(manifest: text[block.range]) { problems.append("\(guide):\(block.line): \(problem)") }
     }
     let shown = all.filter { !isManifest(text[$0.range]) }
-    let compiled: [String]
-    switch regions(of: code) {
-    case .success(let found): compiled = found
-    case .failure(let problem):
-        problems.append("\(source): \(problem.text)")
-        continue
+    var compiled: [String] = []
+    for (path, code) in zip(sources, codes) {
+        switch regions(of: code ?? "") {
+        case .success(let found): compiled += found
+        case .failure(let problem): problems.append("\(path): \(problem.text)")
+        }
     }
     guard shown.count == compiled.count else {
         problems.append("\(guide) has \(shown.count) swift blocks, \(source) \(compiled.count) snippet regions")

@@ -187,11 +187,14 @@ public enum JobRunner {
         /// Runs are keyed per job (so a cancel reaches them) and carry the job's timeout.
         public var lifecycle: EffectLifecycle {
             switch self {
+            // Docs/Demo.md shows these lines (`.ci/guide-check.swift`).
+            // snippet
             case .run(let name, _, _, let timeout): .concurrent("run-\(name)", timeout: timeout)
             case .retryAfter(let name, _, let delay): .delayed(by: delay, key: "retry-\(name)")
             case .cancelRun(let name): .cancel("run-\(name)")
             case .cancelRetry(let name): .cancel("retry-\(name)")
             case .say, .problem, .progress, .stop, .printMetrics, .answer: .concurrent()
+            // end snippet
             }
         }
     }

@@ -60,6 +60,8 @@ import Testing
 
     @Test func aFailedJobIsRetriedWithBackoff() {
         let state = submitted(["a"], retries: 2)
+        // Docs/Demo.md shows these lines (`.ci/guide-check.swift`).
+        // snippet
         let next = update(state, .exited(name: "a", attempt: 1, status: 3, output: ""))
         #expect(next.state.jobs["a"]?.status == .waitingToRetry(attempt: 2))
         #expect(
@@ -68,6 +70,7 @@ import Testing
                 .retryAfter(name: "a", attempt: 2, delay: .milliseconds(100)),
             ]
         )
+        // end snippet
         let retried = update(next.state, .retryDue(name: "a", attempt: 2))
         #expect(retried.state.jobs["a"]?.status == .running(attempt: 2))
         #expect(
