@@ -87,6 +87,13 @@ let package = Package(
             path: "Tests/Guides/Journal"
         ),
         .testTarget(
+            name: "CatalogGuideTests",
+            dependencies: [
+                "LoopCore", "EffectHandlers", "EventSources", "LoopRuntime", "LoopPersistence", "LoopPostgres",
+            ],
+            path: "Tests/Guides/Catalogs"
+        ),
+        .testTarget(
             name: "ReadmeGuideTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime"],
             path: "Tests/Guides/Readme"

@@ -13,6 +13,12 @@ let guides = [
     ("Docs/Effects.md", ["Tests/Guides/Effects/Effects.swift"]),
     ("Docs/Runtime.md", ["Tests/Guides/Runtime/Runtime.swift"]),
     ("Docs/Journal.md", ["Tests/Guides/Journal/Journal.swift"]),
+    // Each module's page of the documentation site.
+    ("Sources/LoopCore/LoopCore.docc/LoopCore.md", ["Tests/Guides/Catalogs/LoopCore.swift"]),
+    ("Sources/EffectHandlers/EffectHandlers.docc/EffectHandlers.md", ["Tests/Guides/Catalogs/EffectHandlers.swift"]),
+    ("Sources/LoopRuntime/LoopRuntime.docc/LoopRuntime.md", ["Tests/Guides/Catalogs/LoopRuntime.swift"]),
+    ("Sources/LoopPersistence/LoopPersistence.docc/LoopPersistence.md", ["Tests/Guides/Catalogs/LoopPersistence.swift"]),
+    ("Sources/LoopPostgres/LoopPostgres.docc/LoopPostgres.md", ["Tests/Guides/Catalogs/LoopPostgres.swift"]),
     // The demo's guide shows the demo's own code and tests.
     ("Docs/Demo.md", ["Sources/LoopDemo/JobRunner.swift", "Tests/LoopDemoTests/JobRunnerTests.swift"]),
 ]
