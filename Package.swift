@@ -99,6 +99,11 @@ let package = Package(
             path: "Tests/Guides/Readme"
         ),
         .testTarget(
+            name: "PersistenceGuideTests",
+            dependencies: ["LoopCore", "EffectHandlers", "LoopPersistence", "LoopSupport", "LoopTesting"],
+            path: "Tests/Guides/Persistence"
+        ),
+        .testTarget(
             name: "LoopTestingTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopTesting", "LoopSupport"]
         ),

@@ -11,6 +11,7 @@ let guides = [
     ("README.md", ["Tests/Guides/Readme/Readme.swift"]),
     ("Docs/GettingStarted.md", ["Tests/Guides/GettingStarted/GettingStarted.swift"]),
     ("Docs/Effects.md", ["Tests/Guides/Effects/Effects.swift"]),
+    ("Docs/Persistence.md", ["Tests/Guides/Persistence/Persistence.swift"]),
     ("Docs/Runtime.md", ["Tests/Guides/Runtime/Runtime.swift"]),
     ("Docs/Journal.md", ["Tests/Guides/Journal/Journal.swift"]),
     // Each module's page of the documentation site.
