@@ -104,6 +104,11 @@ let package = Package(
             path: "Tests/Guides/Persistence"
         ),
         .testTarget(
+            name: "ClusterGuideTests",
+            dependencies: ["LoopCore", "EffectHandlers", "LoopPersistence", "LoopPostgres", "LoopSupport"],
+            path: "Tests/Guides/Cluster"
+        ),
+        .testTarget(
             name: "LoopTestingTests",
             dependencies: ["LoopCore", "EffectHandlers", "LoopRuntime", "LoopTesting", "LoopSupport"]
         ),

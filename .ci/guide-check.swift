@@ -12,6 +12,7 @@ let guides = [
     ("Docs/GettingStarted.md", ["Tests/Guides/GettingStarted/GettingStarted.swift"]),
     ("Docs/Effects.md", ["Tests/Guides/Effects/Effects.swift"]),
     ("Docs/Persistence.md", ["Tests/Guides/Persistence/Persistence.swift"]),
+    ("Docs/Cluster.md", ["Tests/Guides/Cluster/Cluster.swift"]),
     ("Docs/Runtime.md", ["Tests/Guides/Runtime/Runtime.swift"]),
     ("Docs/Journal.md", ["Tests/Guides/Journal/Journal.swift"]),
     // Each module's page of the documentation site.
