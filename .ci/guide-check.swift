@@ -13,6 +13,9 @@ let guides = [
     ("Docs/Effects.md", ["Tests/Guides/Effects/Effects.swift"]),
     ("Docs/Persistence.md", ["Tests/Guides/Persistence/Persistence.swift"]),
     ("Docs/Cluster.md", ["Tests/Guides/Cluster/Cluster.swift"]),
+    // Compiled by the integrations package (`make integrations`), which may import service-lifecycle,
+    // swift-log and the other packages this one may not depend on.
+    ("Docs/LinuxServices.md", ["Docs/Integrations/Tests/Guides/LinuxServices/LinuxServices.swift"]),
     ("Docs/Runtime.md", ["Tests/Guides/Runtime/Runtime.swift"]),
     ("Docs/Journal.md", ["Tests/Guides/Journal/Journal.swift"]),
     // Each module's page of the documentation site.

@@ -133,8 +133,10 @@ let package = Package(
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ]
         ),
+        // The code of Docs/LinuxServices.md, compiled and run as the guide shows it (the root's
+        // `.ci/guide-check.swift` compares the two).
         .testTarget(
-            name: "GuideTests",
+            name: "LinuxServicesGuideTests",
             dependencies: [
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 "LoopServiceLifecycle", "LoopLogging", "LoopMetrics", "LoopTracing",
@@ -145,7 +147,9 @@ let package = Package(
                 .product(name: "LoopPersistence", package: "EffectLoop"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
-            ]
+                .product(name: "InMemoryLogging", package: "swift-log"),
+            ],
+            path: "Tests/Guides/LinuxServices"
         ),
         .testTarget(
             name: "LoopLoggingTests",
