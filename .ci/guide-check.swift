@@ -22,11 +22,33 @@ let guides = [
     ("Sources/LoopCore/LoopCore.docc/LoopCore.md", ["Tests/Guides/Catalogs/LoopCore.swift"]),
     ("Sources/EffectHandlers/EffectHandlers.docc/EffectHandlers.md", ["Tests/Guides/Catalogs/EffectHandlers.swift"]),
     ("Sources/LoopRuntime/LoopRuntime.docc/LoopRuntime.md", ["Tests/Guides/Catalogs/LoopRuntime.swift"]),
-    ("Sources/LoopPersistence/LoopPersistence.docc/LoopPersistence.md", ["Tests/Guides/Catalogs/LoopPersistence.swift"]),
+    (
+        "Sources/LoopPersistence/LoopPersistence.docc/LoopPersistence.md",
+        ["Tests/Guides/Catalogs/LoopPersistence.swift"]
+    ),
     ("Sources/LoopPostgres/LoopPostgres.docc/LoopPostgres.md", ["Tests/Guides/Catalogs/LoopPostgres.swift"]),
     // The demo's guide shows the demo's own code and tests.
     ("Docs/Demo.md", ["Sources/LoopDemo/JobRunner.swift", "Tests/LoopDemoTests/JobRunnerTests.swift"]),
 ]
+
+/// Pages whose Swift blocks are not regions: the integrations package's README shows two lines to put in
+/// a manifest, whose working example is that package's own `Package.swift`.
+let checkedElsewhere = ["Docs/Integrations/README.md"]
+
+/// Every page a reader may open: the README, the guides, each module's documentation page.
+func pages() -> [String] {
+    let files = FileManager.default
+    let docs = ((try? files.contentsOfDirectory(atPath: "Docs")) ?? []).filter { $0.hasSuffix(".md") }.map {
+        "Docs/\($0)"
+    }
+    let catalogs = ((try? files.contentsOfDirectory(atPath: "Sources")) ?? []).flatMap { module in
+        ((try? files.contentsOfDirectory(atPath: "Sources/\(module)/\(module).docc")) ?? []).filter {
+            $0.hasSuffix(".md")
+        }
+        .map { "Sources/\(module)/\(module).docc/\($0)" }
+    }
+    return ["README.md"] + docs + ["Docs/Integrations/README.md"] + catalogs
+}
 
 /// Whether `block` is a fragment of a `Package.swift` (it starts with the package's `dependencies:`).
 func isManifest(_ block: Substring) -> Bool { block.hasPrefix("dependencies:") }
@@ -151,6 +173,13 @@ for (guide, sources) in guides {
         problems.append(
             "\(guide):\(block.line): block \(index + 1) is not region \(index + 1) of \(source) (`swift .ci/guide-check.swift --write` copies the compiled code in)"
         )
+    }
+}
+// A page with code that nothing compiles is a problem too.
+let listed = Set(guides.map(\.0) + checkedElsewhere)
+for page in pages() where !listed.contains(page) {
+    if let text = read(page), !blocks(of: text).isEmpty {
+        problems.append("\(page) shows Swift code, and no file compiles it: add the page to this check's table")
     }
 }
 for problem in problems { FileHandle.standardError.write(Data("guide check: \(problem)\n".utf8)) }
