@@ -64,11 +64,11 @@ func withdrawFromAlice(
     let running = Task { try await accounts.run() }
 
     // An HTTP handler: 200 once the withdrawal is on disk, 409 when refused, the same answer for a retry.
-    let outcome = try await accounts.request(to: "alice", key: requestID, timeout: .seconds(2)) {
+    let outcome = try await accounts.request(to: "alice", key: requestID, timeout: .seconds(30)) {
         .withdraw(50, replyTo: $0)
     }
     // end snippet
-    let retry = try await accounts.request(to: "alice", key: requestID, timeout: .seconds(2)) {
+    let retry = try await accounts.request(to: "alice", key: requestID, timeout: .seconds(30)) {
         .withdraw(50, replyTo: $0)
     }
     let recorded = try await accounts.durableState(of: "alice")
