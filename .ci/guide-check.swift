@@ -37,17 +37,13 @@ let checkedElsewhere = ["Docs/Integrations/README.md"]
 
 /// Every page a reader may open: the README, the guides, each module's documentation page.
 func pages() -> [String] {
-    let files = FileManager.default
-    let docs = ((try? files.contentsOfDirectory(atPath: "Docs")) ?? []).filter { $0.hasSuffix(".md") }.map {
-        "Docs/\($0)"
+    /// The Markdown files under `directory`, at any depth, build folders aside.
+    func markdown(under directory: String) -> [String] {
+        let paths = (FileManager.default.enumerator(atPath: directory)?.allObjects as? [String]) ?? []
+        return paths.filter { $0.hasSuffix(".md") && !$0.split(separator: "/").contains { $0.hasPrefix(".build") } }
+            .map { "\(directory)/\($0)" }
     }
-    let catalogs = ((try? files.contentsOfDirectory(atPath: "Sources")) ?? []).flatMap { module in
-        ((try? files.contentsOfDirectory(atPath: "Sources/\(module)/\(module).docc")) ?? []).filter {
-            $0.hasSuffix(".md")
-        }
-        .map { "Sources/\(module)/\(module).docc/\($0)" }
-    }
-    return ["README.md"] + docs + ["Docs/Integrations/README.md"] + catalogs
+    return ["README.md"] + markdown(under: "Docs") + markdown(under: "Sources")
 }
 
 /// Whether `block` is a fragment of a `Package.swift` (it starts with the package's `dependencies:`).
@@ -146,6 +142,13 @@ for (guide, sources) in guides {
         continue
     }
     let source = sources.joined(separator: " then ")
+    // A fence the comparison would not see (indented, titled, `~~~`) is a block nothing checks.
+    for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        let trimmed = line.trimmingCharacters(in: .whitespaces)
+        if (trimmed.hasPrefix("```swift") || trimmed.hasPrefix("~~~swift")) && line != "```swift" {
+            problems.append("\(guide):\(number + 1): open a Swift block with ```swift alone, at the start of its line")
+        }
+    }
     let all = blocks(of: text)
     for block in all where isManifest(text[block.range]) {
         if let problem = evaluate(manifest: text[block.range]) { problems.append("\(guide):\(block.line): \(problem)") }
@@ -178,7 +181,7 @@ for (guide, sources) in guides {
 // A page with code that nothing compiles is a problem too.
 let listed = Set(guides.map(\.0) + checkedElsewhere)
 for page in pages() where !listed.contains(page) {
-    if let text = read(page), !blocks(of: text).isEmpty {
+    if let text = read(page), text.contains("```swift") || text.contains("~~~swift") {
         problems.append("\(page) shows Swift code, and no file compiles it: add the page to this check's table")
     }
 }

@@ -181,6 +181,21 @@ import Testing
         // one if that still waits: the latest is of the stream's last version.
         #expect(loop.storeWork.snapshotsSaved >= 1)
         #expect(try await store.latestSnapshot(of: "ledger")?.version == store.version(of: "ledger"))
+
+        // A stop the program asks for with an effect (a charge of 0 here) hurries them too.
+        let stopping = InMemoryEventStore()
+        let stoppedByItsProgram = DurableLoop(
+            stream: "ledger",
+            program: Ledger.program,
+            effects: EffectRouter<Ledger.Effect, Ledger.Event>().stopLoop { $0 == .charge(0) ? .seconds(30) : nil },
+            store: stopping,
+            snapshotEvery: 1
+        )
+        let runningItself = Task { try await stoppedByItsProgram.run() }
+        #expect(try await stoppedByItsProgram.sendDurably(.add(0)) == 1)
+        #expect(try await runningItself.value.ending == .drained)
+        #expect(stoppedByItsProgram.storeWork.snapshotsSaved == 1)
+        #expect(try await stopping.latestSnapshot(of: "ledger")?.version == 1)
     }
 
     /// Occupies `work`'s thread with a job that returns 0 once the semaphore is signalled.

@@ -189,7 +189,27 @@ struct ClusterEndToEndTests {
         #expect(killed, "the cluster never committed \(killAt) events")
         nodes[victim].signal(SIGKILL)
         _ = await nodes[victim].wait()
+        let restartedAt = try await Self.query(database, "SELECT now()")
         nodes[victim] = try node(["n1", "n2", "n3"][victim])
+        // The restarted node has joined (a heartbeat from a session begun after its restart) before
+        // anything else happens: the SIGTERM that ends the test must not come before the node catches it
+        // (ci40: it came within milliseconds of the start, and the default disposition killed the node).
+        var joined = false
+        for _ in 0..<6_000 {
+            let sessions = try await Self.query(
+                database,
+                """
+                SELECT count(*) FROM effectloop.nodes
+                WHERE node = '\(["n1", "n2", "n3"][victim])' AND session_start > '\(restartedAt)'
+                """
+            )
+            if sessions == "1" {
+                joined = true
+                break
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(joined, "the restarted node never joined")
         for producer in producers {
             let status = await producer.wait()
             #expect(producer.endedWell(status), "a producer failed: \(producer.output)")

@@ -289,7 +289,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         // An event a handler sends carries what the scope captures in the handler (what its wrap set),
         // kept with the event until its own effects run. The event an effect's error maps to carries the
         // effect's own context (it is made where the loop decides: nothing is captured there).
-        return effects.mapEvents(
+        let routed = effects.mapEvents(
             { DurableInput.event($0, ticket: nil, context: .captured(by: scope)) },
             errors: { DurableInput.event($0, ticket: nil) }
         )
@@ -424,6 +424,14 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         // The loop captures nothing: each program event holds its own context.
         .scopeForWrapper { input in
             (input as? DurableInput<State, Event>)?.programEvent.map { ($0.event, $0.context.carried) }
+        }
+        // A stop an effect asks for (the program's own, or a failed store's) hurries the snapshots as
+        // `stop()` does: the stop waits for them.
+        let stops = routed.stopOn
+        return routed.stopLoop { effect in
+            guard let grace = stops?(effect) else { return nil }
+            storage.hurrySnapshots()
+            return grace
         }
     }
 

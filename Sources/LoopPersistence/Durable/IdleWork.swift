@@ -22,9 +22,11 @@ internal import Glibc
 /// up. Where the process may not leave `SCHED_IDLE` again (no `CAP_SYS_NICE`, `RLIMIT_NICE` below 1),
 /// the thread stays at `nice` 19.
 ///
-/// Nothing but a graceful stop waits for a snapshot (an append's effect ends once its snapshot is saved),
-/// and a stop should not wait for idle processors, nor behind other loops' snapshots: a stopping loop
-/// ``hurry(_:)``s its jobs, which then run at once on the tasks that wait for them, at their priority.
+/// An append's effect ends once its snapshot is saved, so what waits for a loop's effects to end waits
+/// for its snapshots too: a graceful stop (and a test that waits for the loop to settle). A stop should
+/// not wait for idle processors, nor behind other loops' snapshots: a stopping loop ``hurry(_:)``s its
+/// jobs, which then run at once on the tasks that wait for them, at their priority. A job the thread has
+/// begun finishes there.
 @usableFromInline
 package final class IdleWork: Sendable {
     /// The process's one idle thread, started on first use.

@@ -317,6 +317,9 @@ enum Account {
     let (item, accountID) = (Item(name: "book"), "account-17")
     let runningLoop = Task { try await loop.run() }
     let runningGroup = Task { try await accounts.run() }
+    // Both run before the requests, so the 2 s timeout measures the answer, not the tasks' start.
+    #expect(await loop.waitUntilRunning())
+    #expect(await accounts.waitUntilRunning())
     // snippet
     let price = try await loop.request(timeout: .seconds(2)) { .quote(item, replyTo: $0) }
     let balance = try await accounts.request(to: accountID) { .balance(replyTo: $0) }  // an entity of a LoopGroup

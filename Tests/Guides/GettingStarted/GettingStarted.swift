@@ -64,7 +64,7 @@ let worker = Update(update)
 let program = Program(first: First(state: State(), effects: []), update: worker)
 // end snippet
 
-@Test func theNextShapeIsTheSameUpdate() {
+@Test func theNextShapeWrapsAPureFunction() {
     // snippet
     let worker = Update<State, Event, Effect>(next: { (state: consuming State, event) in
         switch event {
@@ -131,6 +131,11 @@ let spec = UpdateSpec(worker)
     let app = Update.combine(metrics, scheduling, audit)
     // end snippet
     #expect(app(State(), .submitted(a)) == Next(state: State(running: [a.id: a]), effects: [.run(a)]))
+    // Both the scheduling and the audit answer a finished job: the effects come in the updates' order.
+    #expect(
+        app(State(running: [a.id: a]), .finished(a.id, exitStatus: 0))
+            == Next(state: State(), effects: [.announce(a.id, succeeded: true), .announce(a.id, succeeded: false)])
+    )
 }
 
 /// A feature of its own, and the application that embeds it.
