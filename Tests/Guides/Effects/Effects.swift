@@ -59,7 +59,7 @@ struct Unreachable: Error {}
         return []
     }
 
-    // snippet
+    // snippet imports EffectHandlers LoopCore
     /// Waits for something: a process, a socket, a database. Runs in a task of its own.
     struct JobRunner: EffectHandler {
         let shell: Shell  // a service, injected

@@ -209,7 +209,7 @@ enum Numbers {
 }
 
 @Test func numbersRunsInAStore() async throws {
-    // snippet
+    // snippet imports EffectHandlers LoopRuntime
     struct PrimeChecker: EffectHandler {
         func handle(_ value: Int, send: Send<Numbers.Feedback>) async throws {
             send(.checked(value, isPrime: value > 1 && !(2..<max(2, value)).contains { value % $0 == 0 }))

@@ -68,7 +68,7 @@ struct Notifier: EffectHandler {
 
 /// Compiled, not run: the loop runs until it is stopped, and nothing here stops it.
 func runTheUpdateInAService(shell: any Shell, client: any Client) async throws {
-    // snippet
+    // snippet imports EffectHandlers LoopRuntime
     let loop = Loop(
         program: Program(first: First(state: State()), update: Update(update)),
         effects: EffectRouter<Effect, Event>()

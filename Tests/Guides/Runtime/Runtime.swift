@@ -29,7 +29,7 @@ enum Ticks {
 
 @Test func aLoopRunsUntilItStops() async throws {
     let (program, router, sources) = (Ticks.program, Ticks.router, Ticks.sources)
-    // snippet
+    // snippet imports LoopRuntime
     let loop = Loop(program: program, effects: router, sources: sources)
     let report = try await loop.run()  // in your service's task
     // end snippet
