@@ -238,7 +238,7 @@ func running<State: Sendable, Event: Sendable, Effect: Sendable>(
 
 /// A reminder due while no loop ran starts once the next loop recovers, and never again. The test waits
 /// for the handler to say it started: a reminder lost would keep it waiting, until the time limit.
-@Test(.timeLimit(.minutes(1))) func aReminderDueDuringAnOutageStartsOnceAfterIt() async throws {
+@Test(.timeLimit(.minutes(10))) func aReminderDueDuringAnOutageStartsOnceAfterIt() async throws {
     let (store, clock) = (InMemoryEventStore(), ManualClock())
     let (started, starts) = AsyncStream<String>.makeStream()
     func loop() -> DurableLoop<[String], Reminders.Event, Reminders.Effect> {
@@ -340,7 +340,7 @@ func choresGroup(
 
 /// The test waits for the handler to say it did the chore: an entity never woken would keep it waiting,
 /// until the time limit.
-@Test(.timeLimit(.minutes(1))) func aRestartedGroupWakesTheEntityWhoseChoreWasUnderWayAndNoOther() async throws {
+@Test(.timeLimit(.minutes(10))) func aRestartedGroupWakesTheEntityWhoseChoreWasUnderWayAndNoOther() async throws {
     let store = InMemoryEventStore()
     // The first process stops with the dishes under way; the office's chore was done.
     let first = choresGroup(program: Chores.program, router: Chores.router(finishes: false), store: store)
