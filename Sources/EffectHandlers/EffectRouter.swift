@@ -196,6 +196,22 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
         return copy
     }
 
+    /// The same routes, with `hook` called whenever an effect asks the loop to stop (before the stop
+    /// is made); effects that do not stop the loop meet the same one check as before.
+    ///
+    /// Wraps what ``stopLoop(on:)`` composed in place, so the check is not run twice.
+    @inlinable
+    package func whenStopAsked(_ hook: @escaping @Sendable () -> Void) -> EffectRouter {
+        guard let stops = stopOn else { return self }
+        var copy = self
+        copy.stopOn = { effect in
+            guard let grace = stops(effect) else { return nil }
+            hook()
+            return grace
+        }
+        return copy
+    }
+
     /// The same routes for a loop whose event type is `Outer`: every event a handler sends, and every
     /// event the error mapping makes, is turned into an `Outer` by `embed`.
     ///

@@ -36,6 +36,25 @@ import Glibc
         #expect(logged.last?.hasPrefix("[jobs] stopped: events: 2 sent, 2 processed") == true)
     }
 
+    @Test func aHookOnAskedStopsRunsOnlyForThemAndAsksEachEffectOnce() {
+        let asked = Atomic(0)
+        let hooked = Atomic(0)
+        let router = EffectRouter<Int, Int>()
+            .stopLoop(on: { effect in
+                asked.add(1, ordering: .relaxed)
+                return effect == 0 ? .seconds(3) : nil
+            })
+            .whenStopAsked { hooked.add(1, ordering: .relaxed) }
+        #expect(router.stopOn?(7) == nil)
+        #expect(asked.load(ordering: .relaxed) == 1)
+        #expect(hooked.load(ordering: .relaxed) == 0)
+        #expect(router.stopOn?(0) == .seconds(3))
+        #expect(asked.load(ordering: .relaxed) == 2)
+        #expect(hooked.load(ordering: .relaxed) == 1)
+        // Without a stop to ask about there is nothing to hook.
+        #expect(EffectRouter<Int, Int>().whenStopAsked {}.stopOn == nil)
+    }
+
     @Test func aScriptedHandlerAnswersFromItsScript() async throws {
         struct Refused: Error {}
         let recorder = Recorded()

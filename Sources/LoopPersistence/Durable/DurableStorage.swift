@@ -427,12 +427,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         }
         // A stop an effect asks for (the program's own, or a failed store's) hurries the snapshots as
         // `stop()` does: the stop waits for them.
-        let stops = routed.stopOn
-        return routed.stopLoop { effect in
-            guard let grace = stops?(effect) else { return nil }
-            storage.hurrySnapshots()
-            return grace
-        }
+        return routed.whenStopAsked { storage.hurrySnapshots() }
     }
 
     /// Reads `stream` back and sends the loop what it found.
