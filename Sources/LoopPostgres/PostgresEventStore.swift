@@ -50,7 +50,7 @@ public final class PostgresEventStore: EventStore {
     package var transactions: Int { batches.load(ordering: .relaxed) }
 
     /// How many appends wait for the writer. For tests.
-    package var queuedAppends: Int { queue.withLock { $0.pending.count } }
+    package var queuedAppends: Int { queue.withLock { $0.commits.count } }
 
     /// Holds the writer until the returned function is called: appends made meanwhile queue up, and the
     /// writer then takes them together. For tests of group commit.
@@ -61,8 +61,7 @@ public final class PostgresEventStore: EventStore {
     }
 
     private struct WriteQueue {
-        var pending: [PendingAppend] = []
-        var writing = false
+        var commits = GroupCommit<PendingAppend>()
         var closed = false
     }
 
@@ -164,10 +163,7 @@ public final class PostgresEventStore: EventStore {
             )
             let start = queue.withLock { queue -> Bool? in
                 guard !queue.closed else { return nil }
-                queue.pending.append(pending)
-                if queue.writing { return false }
-                queue.writing = true
-                return true
+                return queue.commits.enqueue(pending)
             }
             switch start {
             case nil:
@@ -339,16 +335,8 @@ public final class PostgresEventStore: EventStore {
     /// On the writer's queue: commits what is queued, batch after batch, until the queue is empty.
     private func writeQueued() {
         while true {
-            let batch = queue.withLock { queue -> [PendingAppend] in
-                guard !queue.pending.isEmpty else {
-                    queue.writing = false
-                    return []
-                }
-                let count = min(queue.pending.count, Self.appendsPerBatch)
-                defer { queue.pending.removeFirst(count) }
-                return Array(queue.pending.prefix(count))
-            }
-            guard !batch.isEmpty else { return }
+            // After `close()`, what was queued before it is still written.
+            guard let batch = queue.withLock({ $0.commits.nextBatch(limit: Self.appendsPerBatch) }) else { return }
             let results = commit(batch)
             for (pending, result) in zip(batch, results) { pending.continuation.resume(returning: result) }
         }

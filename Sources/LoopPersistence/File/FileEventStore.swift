@@ -185,7 +185,7 @@ public final class FileEventStore: AppendingWithCompletion {
 
     /// How many appends and saves wait for the writer now. For tests, which wait for a batch to form.
     package var queuedOperations: Int {
-        shared.withLock { $0.queued.count }
+        shared.withLock { $0.commits.count }
     }
 
     /// What opening the store found: the files read, the streams and events, and a torn tail it cut.
@@ -282,8 +282,7 @@ public final class FileEventStore: AppendingWithCompletion {
             // A second close has nothing to do: the first released the directory.
             guard !shared.closed else { return nil }
             shared.closed = true
-            defer { shared.queued = [] }
-            return shared.queued
+            return shared.commits.removeAll()
         }
         guard let queued else { return }
         for operation in queued { operation.finish(.failure(Self.closedError)) }
@@ -607,8 +606,8 @@ public final class FileEventStore: AppendingWithCompletion {
         var checkpointed: Int
         /// The size of the newest index checkpoint, or 0 if none was written by this store.
         var checkpointSize = 0
-        var queued: [Queued] = []
-        var flushing = false
+        /// The operations waiting for the writer.
+        var commits = GroupCommit<Queued>()
         var closed = false
         /// Set when the log can no longer be trusted (a failed `fdatasync`, a failed rollback).
         var broken: EventStoreError?
@@ -704,9 +703,7 @@ public final class FileEventStore: AppendingWithCompletion {
             if shared.closed { return (false, Self.closedError) }
             if options.readOnly { return (false, readOnlyError) }
             if let broken = shared.broken { return (false, broken) }
-            shared.queued.append(queued)
-            defer { shared.flushing = true }
-            return (!shared.flushing, nil)
+            return (shared.commits.enqueue(queued), nil)
         }
         if let refusal {
             queued.finish(.failure(EventStoreError(refusal.kind, stream: operation.stream)))
@@ -722,22 +719,18 @@ public final class FileEventStore: AppendingWithCompletion {
         while true {
             var stranded: (queued: [Queued], error: EventStoreError)?
             let batch = shared.withLock { shared -> Batch? in
-                if let broken = shared.broken, !shared.queued.isEmpty {
+                if let broken = shared.broken {
                     // What was queued behind the write that broke the store fails now, not at close.
-                    stranded = (shared.queued, broken)
-                    shared.queued = []
+                    stranded = (shared.commits.removeAll(), broken)
                 }
-                guard !shared.queued.isEmpty, !shared.closed, shared.broken == nil else {
-                    shared.flushing = false
-                    return nil
-                }
-                defer { shared.queued = [] }
+                // A closed store's queue is empty: `close()` took out what waited, and takes no more.
+                guard let queued = shared.commits.nextBatch() else { return nil }
                 var streams: [String: StreamEntry] = [:]
-                for queued in shared.queued {
+                for queued in queued {
                     streams[queued.operation.stream] = shared.streams[queued.operation.stream]
                 }
                 return Batch(
-                    queued: shared.queued,
+                    queued: queued,
                     streams: streams,
                     segment: shared.segments.count - 1,
                     descriptor: shared.segments[shared.segments.count - 1],
