@@ -33,6 +33,38 @@ struct HostMachine<Job, Waiter, EndWaiter> {
         case closing
     }
 
+    /// How far a stop has come: what it has posted for the hosting task and the task has not taken yet.
+    enum Stopping {
+        /// No stop asked, and `run()` not cancelled.
+        case notAsked
+        /// A graceful stop was asked for. `grace`: the shortest grace period asked, until the hosting task
+        /// takes it as the `stop` command; `deadline`: a grace period's timer fired, until taken;
+        /// `quiescent`: every member has left, until taken.
+        case asked(grace: Duration?, deadline: Bool, quiescent: Bool)
+        /// The task running `run()` was cancelled: that is the hosting task's next command, before any
+        /// other, and the last.
+        case cancelled
+    }
+
+    /// The sources of the host's loops.
+    enum Sources {
+        /// None to start, none running.
+        case none
+        /// To be started by the hosting task.
+        case toStart(@Sendable () async -> Void)
+        /// Running in the hosting task's group.
+        case running
+    }
+
+    /// Whether `run()`'s wait has ended, and what ends with it.
+    enum Ending {
+        /// Not yet: the tasks waiting for the end, the grace periods' timers to cancel then, and the
+        /// shutdown's turns (released at the end, with the loops they reference).
+        case waiting([EndWaiter], timers: [Task<Void, Never>], shutdown: Host.Shutdown?)
+        /// It has ended.
+        case ended
+    }
+
     /// What a change asks of the host, once the lock is released.
     enum Wake {
         /// Nothing.
@@ -56,31 +88,15 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     /// Whether the hosting task stays until the end instead of ending when nothing runs: the host of
     /// `run()`, whose task the effects' runners inherit task-local values and priority from.
     private(set) var keepsTask = false
-    /// The sources, until the hosting task starts them.
-    private var sourcesToStart: (@Sendable () async -> Void)?
-    /// Whether the sources' task runs.
-    private(set) var sourcesRunning = false
-    /// The grace period of the stop asked for and not yet taken as a command (the shortest asked for).
-    private(set) var stop: Duration?
-    private(set) var deadline = false
-    private(set) var quiescent = false
-    private(set) var cancelled = false
-    /// Whether jobs are no longer taken: those posted are cancelled.
-    private(set) var closed = false
+    private(set) var sources = Sources.none
+    private(set) var stopping = Stopping.notAsked
     /// Loops on the host.
     private(set) var members = 0
-    private(set) var stopAsked = false
-    /// The grace periods' timers.
-    private(set) var timers: [Task<Void, Never>] = []
-    /// Whether `run()`'s wait has ended.
-    private(set) var ended = false
-    private var endWaiters: [EndWaiter] = []
-    /// The shutdown's turns, until the shutdown is over.
-    private(set) var shutdown: Host.Shutdown?
+    private(set) var ending: Ending
 
     /// A host whose shutdown takes the turns of `shutdown`, with `members` loops on it from the start.
     init(shutdown: Host.Shutdown? = nil, members: Int = 0) {
-        self.shutdown = shutdown
+        ending = .waiting([], timers: [], shutdown: shutdown)
         self.members = members
     }
 
@@ -89,12 +105,23 @@ struct HostMachine<Job, Waiter, EndWaiter> {
         if case .dormant = phase { false } else { true }
     }
 
+    /// Whether jobs are no longer taken (the hosting task has taken its last command): those posted are
+    /// cancelled.
+    var isClosed: Bool {
+        if case .closing = phase { true } else { false }
+    }
+
+    /// The shutdown's turns, until `run()`'s wait ends.
+    var shutdown: Host.Shutdown? {
+        if case .waiting(_, _, let shutdown) = ending { shutdown } else { nil }
+    }
+
     // MARK: Inputs
 
     /// A job is posted: queued, with runners called for it; handed back to be cancelled if the host has
     /// closed.
     mutating func spawn(_ job: Job) -> (Wake, cancel: Job?) {
-        if closed { return (wake(), job) }
+        if isClosed { return (wake(), job) }
         queue.append(job)
         callRunnersIfNeeded()
         return (wake(), nil)
@@ -104,7 +131,7 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     /// ends. A runner that takes a job and leaves others waiting calls for more.
     mutating func nextJob(first: Bool) -> (Job?, Wake) {
         if first { runnersComing -= 1 }
-        let job = closed ? nil : queue.popFirst()
+        let job = isClosed ? nil : queue.popFirst()
         if job == nil {
             runners -= 1
         } else {
@@ -117,26 +144,38 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     /// when the hosting task no longer takes commands (every member stopped; it waits for a source
     /// that ignores cancellation): the host starts the grace period's timer itself.
     mutating func askToStop(gracePeriod: Duration) -> (Wake, startDeadline: Bool) {
-        stop = stop.map { min($0, gracePeriod) } ?? gracePeriod
-        stopAsked = true
-        if members <= 0 { quiescent = true }
-        let closing = if case .closing = phase { true } else { false }
-        return (wake(), closing)
+        switch stopping {
+        case .notAsked:
+            stopping = .asked(grace: gracePeriod, deadline: false, quiescent: members <= 0)
+        case .asked(let grace, let deadline, let quiescent):
+            stopping = .asked(
+                grace: grace.map { min($0, gracePeriod) } ?? gracePeriod,
+                deadline: deadline,
+                quiescent: quiescent || members <= 0
+            )
+        case .cancelled:
+            break
+        }
+        return (wake(), isClosed)
     }
 
     /// The task running `run()` was cancelled. `endNow` once the hosting task no longer takes
     /// commands: `run()`'s wait ends at once.
     mutating func cancel() -> (Wake, endNow: Bool) {
-        cancelled = true
-        let closing = if case .closing = phase { true } else { false }
-        return (wake(), closing)
+        stopping = .cancelled
+        return (wake(), isClosed)
     }
 
     /// A grace period's timer fired. `endNow` once the hosting task no longer takes commands;
     /// otherwise the deadline is its next command.
     mutating func deadlineFired() -> (Wake, endNow: Bool) {
-        if case .closing = phase { return (wake(), true) }
-        deadline = true
+        if isClosed { return (wake(), true) }
+        switch stopping {
+        case .notAsked: stopping = .asked(grace: nil, deadline: true, quiescent: false)
+        case .asked(let grace, _, let quiescent): stopping = .asked(grace: grace, deadline: true, quiescent: quiescent)
+        // Cancellation comes first, and ends `run()`'s wait.
+        case .cancelled: break
+        }
         return (wake(), false)
     }
 
@@ -149,19 +188,21 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     /// complete.
     mutating func leave() -> Wake {
         members -= 1
-        if stopAsked && members <= 0 { quiescent = true }
+        if case .asked(let grace, let deadline, false) = stopping, members <= 0 {
+            stopping = .asked(grace: grace, deadline: deadline, quiescent: true)
+        }
         return wake()
     }
 
     /// The sources are to run until the shutdown begins; not if it has begun already.
     mutating func startSources(_ sources: @escaping @Sendable () async -> Void) -> Wake {
-        if !stopAsked, !closed { sourcesToStart = sources }
+        if case .notAsked = stopping, !isClosed { self.sources = .toStart(sources) }
         return wake()
     }
 
     /// The sources' task has ended.
     mutating func sourcesEnded() -> Wake {
-        sourcesRunning = false
+        sources = .none
         return wake()
     }
 
@@ -187,46 +228,43 @@ struct HostMachine<Job, Waiter, EndWaiter> {
         return true
     }
 
-    /// Closes the host: jobs are no longer taken; returns those not started, to cancel.
-    private mutating func close() -> [Job] {
-        closed = true
-        return queue.removeAll()
-    }
-
     /// The hosting task took its last command: it closes the host (returning the jobs not started,
     /// to cancel) and takes no more commands. `endNow` when a deadline or cancellation was posted and
     /// not taken: `run()`'s wait ends at once.
     mutating func finish() -> (cancel: [Job], endNow: Bool) {
         phase = .closing
-        return (close(), deadline || cancelled)
+        let cutShort =
+            switch stopping {
+            case .notAsked: false
+            case .asked(_, let deadline, _): deadline
+            case .cancelled: true
+            }
+        return (queue.removeAll(), cutShort)
     }
 
     /// Keeps a grace period's timer, to cancel at the end; `false` when `run()`'s wait has ended (the
     /// caller cancels it).
     mutating func keep(_ timer: Task<Void, Never>) -> Bool {
-        guard !ended else { return false }
+        guard case .waiting(let waiters, var timers, let shutdown) = ending else { return false }
         timers.append(timer)
+        ending = .waiting(waiters, timers: timers, shutdown: shutdown)
         return true
     }
 
     /// Ends `run()`'s wait: the tasks waiting for it, and the timers to cancel; nothing after the first
     /// call. What the shutdown references (the loops) is released.
     mutating func end() -> (waiters: [EndWaiter], timers: [Task<Void, Never>]) {
-        guard !ended else { return ([], []) }
-        ended = true
-        shutdown = nil
-        defer {
-            endWaiters = []
-            timers = []
-        }
-        return (endWaiters, timers)
+        guard case .waiting(let waiters, let timers, _) = ending else { return ([], []) }
+        ending = .ended
+        return (waiters, timers)
     }
 
     /// A task waits for `run()`'s end: `true` when it has ended already (resume it); otherwise it is
     /// kept until ``end()``.
     mutating func awaitEnd(_ waiter: EndWaiter) -> Bool {
-        if ended { return true }
-        endWaiters.append(waiter)
+        guard case .waiting(var waiters, let timers, let shutdown) = ending else { return true }
+        waiters.append(waiter)
+        ending = .waiting(waiters, timers: timers, shutdown: shutdown)
         return false
     }
 
@@ -235,15 +273,14 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     /// The next command. A cancellation or the deadline comes before anything else, so a stream of new
     /// effects cannot postpone them (the jobs left are cancelled when the host closes).
     private mutating func take() -> HostCommand? {
-        if cancelled { return .cancelled }
-        if deadline {
-            deadline = false
+        if case .cancelled = stopping { return .cancelled }
+        if case .asked(let grace, true, let quiescent) = stopping {
+            stopping = .asked(grace: grace, deadline: false, quiescent: quiescent)
             return .deadline
         }
-        if let sources = sourcesToStart {
-            sourcesToStart = nil
-            sourcesRunning = true
-            return .startSources(sources)
+        if case .toStart(let start) = sources {
+            sources = .running
+            return .startSources(start)
         }
         if runnersToAdd > 0 {
             defer { runnersToAdd = 0 }
@@ -251,12 +288,12 @@ struct HostMachine<Job, Waiter, EndWaiter> {
         }
         // Before quiescence, even when both are there: a source that ignores cancellation can still
         // hold the group after the last member left, and only the deadline ends `run()`'s wait then.
-        if let gracePeriod = stop {
-            stop = nil
-            return .stop(gracePeriod: gracePeriod)
+        if case .asked(let grace?, let deadline, let quiescent) = stopping {
+            stopping = .asked(grace: nil, deadline: deadline, quiescent: quiescent)
+            return .stop(gracePeriod: grace)
         }
-        if quiescent {
-            quiescent = false
+        if case .asked(let grace, let deadline, true) = stopping {
+            stopping = .asked(grace: grace, deadline: deadline, quiescent: false)
             return .quiescent
         }
         return nil
@@ -265,8 +302,11 @@ struct HostMachine<Job, Waiter, EndWaiter> {
     /// Whether nothing runs or waits to be coordinated: the hosting task may end (unless it stays until
     /// the end).
     var hasNothingToCoordinate: Bool {
-        !keepsTask && runners == 0 && !sourcesRunning && sourcesToStart == nil && !cancelled && !deadline
-            && runnersToAdd == 0 && stop == nil && !quiescent
+        guard !keepsTask, runners == 0, runnersToAdd == 0, case .none = sources else { return false }
+        return switch stopping {
+        case .notAsked, .asked(grace: nil, deadline: false, quiescent: false): true
+        case .asked, .cancelled: false
+        }
     }
 
     /// Asks for runners while jobs wait: at least one on its way, and as many as are already at work (up

@@ -184,6 +184,24 @@ import Testing
         #expect([next(&machine), next(&machine)] == ["cancelled", "cancelled"])
     }
 
+    @Test func whatComesAfterACancellationChangesNothing() {
+        var machine = hosting()
+        _ = machine.cancel()
+        _ = machine.askToStop(gracePeriod: .seconds(1))
+        _ = machine.deadlineFired()
+        _ = machine.startSources {}
+        _ = machine.leave()
+        #expect(next(&machine) == "cancelled")
+        #expect(machine.finish().endNow)
+    }
+
+    @Test func aDeadlineTakenIsNotTakenAgainAndLeavesTheStopsOtherCommands() {
+        var machine = hosting()
+        _ = machine.askToStop(gracePeriod: .seconds(2))
+        _ = machine.deadlineFired()
+        #expect([next(&machine), next(&machine), next(&machine)] == ["deadline", "stop(2.0 seconds)", "quiescent"])
+    }
+
     @Test func aCancellationOnceTheHostIsClosingEndsRunsWaitAtOnce() {
         var machine = coordinating()
         _ = machine.finish()
