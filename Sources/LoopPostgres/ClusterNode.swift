@@ -686,7 +686,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 } else {
                     return .storeFailed(stream: stream, reason: failure.description)
                 }
-            case .undecodable, .unencodable, .noProgram:
+            case .undecodable, .unencodable, .noProgram, .unknownRevision:
                 fresh.append((stream, failure))
             }
         }

@@ -15,6 +15,10 @@ public struct DurableFailure: Error, Hashable, Sendable, CustomStringConvertible
         case unencodable(reason: String)
         /// A group has no program for the stream.
         case noProgram
+        /// The record at `version` was decided by program revision `revision`, which the running program
+        /// (revision `running`) does not replay (``DurableProgram/replaying(revision:with:)``): recovering
+        /// would re-decide it with other code. Nothing of the stream changes.
+        case unknownRevision(UInt32, version: UInt64, running: UInt32)
     }
 
     /// Which kind of record did not decode.
@@ -79,6 +83,10 @@ public struct DurableFailure: Error, Hashable, Sendable, CustomStringConvertible
             "stream '\(stream)': cannot encode an event: \(reason)"
         case .noProgram:
             "stream '\(stream)': no program to recover it"
+        case .unknownRevision(let revision, let version, let running):
+            "stream '\(stream)': the event at version \(version) was decided by revision \(revision) of the program, "
+                + "and revision \(running) does not replay that revision's events: add its update with "
+                + "replaying(revision: \(revision), with:), or run the release that wrote it"
         }
     }
 }

@@ -35,7 +35,7 @@ extension DurableProgram where State: Sendable, Event: Sendable, Effect: Sendabl
             clock: ContinuousClock()
         ) { _ in self }
         switch await storage.recover(stream) {
-        case .recovered(let state, _, _, _, _, _, _): return state
+        case .recovered(let state, _, _, _, _, _, _, _): return state
         case .failed(let failure): throw .storeFailed(failure)
         default: throw .storeFailed(DurableFailure(.storeError("stream '\(stream)' was not read"), stream: stream))
         }

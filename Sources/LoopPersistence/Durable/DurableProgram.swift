@@ -29,20 +29,49 @@ public struct DurableProgram<State, Event, Effect> {
     /// How the program's effects that wait are kept across restarts (see ``keepingTimers(codec:)``);
     /// `nil`: they wait in memory only, and a restart forgets them.
     public var timers: TimerRecording<Effect>?
+    /// Which release of the program this is: recorded with the events it decides, so that a later
+    /// release replays them through the update that decided them, never re-deciding the past (see
+    /// ``replaying(revision:with:)``). Events recorded before revisions existed are revision 1.
+    public var revision: UInt32
+    /// The updates of earlier revisions this program still replays, by revision.
+    public var earlierUpdates: [UInt32: Update<State, Event, Effect>]
 
-    /// Creates a durable program.
+    /// Creates a durable program; `revision` names this release of it (see ``revision``).
     public init(
         initial: State,
         update: Update<State, Event, Effect>,
         resume: @escaping @Sendable (State) -> [Effect] = { _ in [] },
         replies: ReplyRecording<Effect>? = nil,
-        timers: TimerRecording<Effect>? = nil
+        timers: TimerRecording<Effect>? = nil,
+        revision: UInt32 = 1
     ) {
         self.initial = initial
         self.update = update
         self.resume = resume
         self.replies = replies
         self.timers = timers
+        self.revision = revision
+        self.earlierUpdates = [:]
+    }
+
+    /// The program, replaying the events that revision `revision` recorded through `update`, the update
+    /// that revision ran: a new release changes what it decides from now on, and recovers the state the
+    /// earlier one acknowledged.
+    ///
+    /// A stream whose history past its latest snapshot holds events of a revision the program does not
+    /// replay fails to recover with ``DurableFailure/Kind/unknownRevision(_:version:running:)``, and
+    /// nothing of it changes: the program never re-decides an event with another revision's update.
+    public func replaying(revision: UInt32, with update: Update<State, Event, Effect>) -> DurableProgram {
+        var program = self
+        program.earlierUpdates[revision] = update
+        return program
+    }
+
+    /// The update that decided the events of `revision`: this one's, or an earlier one it replays; `nil`
+    /// when it replays none of that revision.
+    @inlinable
+    public func update(ofRevision revision: UInt32) -> Update<State, Event, Effect>? {
+        revision == self.revision ? update : earlierUpdates[revision]
     }
 
     /// The program, answering requests with the replies `extract` finds among its effects, whose values
@@ -92,7 +121,8 @@ public enum DurableInput<State, Event> {
     /// The stream was read back: the state after its last record, that record's version, the version of
     /// the snapshot it started from (0 for none), the callers' keys recorded (`nil`: none), the timers
     /// still waiting, the time on the loop's ``EpochClock`` as it was read back, and whether the group
-    /// had it marked as having work under way (see ``WorkMemory``).
+    /// had it marked as having work under way (see ``WorkMemory``), and the program revision that decided
+    /// the last record (see ``DurableProgram/revision``).
     indirect case recovered(
         State,
         version: UInt64,
@@ -100,7 +130,8 @@ public enum DurableInput<State, Event> {
         keys: KeyWindow? = nil,
         timers: [RecordedTimer] = [],
         now: Duration = .zero,
-        marked: Bool = false
+        marked: Bool = false,
+        revision: UInt32 = 1
     )
     /// The records up to `version` are durable, written at `at` on the loop's ``EpochClock`` (given when
     /// they started timers).
@@ -256,6 +287,9 @@ public struct DurableState<State, Event, Effect> {
     public var held: [DurableCall<Event>] = []
     /// Events recorded since the last snapshot.
     public var sinceSnapshot: UInt64 = 0
+    /// The program revision that runs, and the one that decided the last record: the next append records
+    /// the running one's number when they differ.
+    public var revision: (running: UInt32, recorded: UInt32) = (1, 1)
     /// Why the last snapshot could not be saved, if one could not.
     public var lastSnapshotFailure: String?
     /// The callers' keys recorded for this stream.
@@ -325,6 +359,7 @@ extension DurableProgram {
         remembering: Bool = false
     ) -> Update<DurableState<State, Event, Effect>, DurableInput<State, Event>, DurableEffect<State, Event, Effect>> {
         let (update, resume, replies, timers) = (self.update, self.resume, self.replies, self.timers)
+        let revision = self.revision
         // Whether the state has work under way: something to resume, or a timer waiting.
         let work = remembering ? Self.work(resume) : nil
         return Update { (durable: inout DurableState<State, Event, Effect>, input: DurableInput<State, Event>) in
@@ -375,7 +410,16 @@ extension DurableProgram {
                     }
                     return durable.releaseReads()
                 }
-            case .recovered(let state, let version, let snapshot, let keys, let recordedTimers, let now, let marked):
+            case .recovered(
+                let state,
+                let version,
+                let snapshot,
+                let keys,
+                let recordedTimers,
+                let now,
+                let marked,
+                let recordedRevision
+            ):
                 guard durable.phase == .recovering else { return [] }
                 var waiting: [DurableTimer<Effect>] = []
                 if let timers {
@@ -410,6 +454,7 @@ extension DurableProgram {
                     }
                 }
                 durable.phase = .running
+                durable.revision = (running: revision, recorded: recordedRevision)
                 durable.timers = waiting
                 if work != nil { durable.unfinished = marked }
                 durable.state = state
@@ -910,6 +955,11 @@ extension DurableState {
             }
             fired = []
             renewed = []
+        }
+        // The first record of a new revision says so; the records after it are that revision's too.
+        if revision.recorded != revision.running {
+            notes[0, default: EventNote()].revision = revision.running
+            revision.recorded = revision.running
         }
         sinceSnapshot += UInt64(records)
         var snapshot: State?

@@ -62,6 +62,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
         var snapshotVersion: UInt64 = 0
         var keys = KeyWindow(capacity: keysKept)
         var timers: [TimerName: RecordedTimer] = [:]
+        var revision: UInt32 = 1
         do {
             if let snapshot = try await store.latestSnapshot(of: stream) {
                 do {
@@ -69,6 +70,7 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                     state = try states.decode(stored.state)
                     if let recorded = stored.keys { keys = recorded }
                     for timer in stored.timers { timers[timer.name] = timer }
+                    revision = stored.revision
                 } catch {
                     return .failed(
                         DurableFailure(
@@ -86,7 +88,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 of: store,
                 after: version,
                 into: &state,
-                update: program.update,
+                revision: &revision,
+                program: program,
                 events: events
             ) { note, version, _ in
                 guard let note else { return }
@@ -101,6 +104,14 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                     whileRecovering: true
                 )
             )
+        } catch let unknown as StoreFold.UnknownRevision {
+            return .failed(
+                DurableFailure(
+                    .unknownRevision(unknown.revision, version: unknown.version, running: program.revision),
+                    stream: stream,
+                    whileRecovering: true
+                )
+            )
         } catch {
             return .failed(DurableFailure(storeError: error, stream: stream, whileRecovering: true))
         }
@@ -111,7 +122,8 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
             keys: keys.count > 0 ? keys : nil,
             timers: timers.values.sorted { $0.name < $1.name },
             now: epoch.sinceEpoch,
-            marked: ledger?.isMarked(stream) ?? false
+            marked: ledger?.isMarked(stream) ?? false,
+            revision: revision
         )
     }
 
@@ -242,7 +254,13 @@ struct DurableStorage<State: Sendable, Event: Sendable, Effect: Sendable>: Senda
                 Result { try states.encode(state) }
             }
             guard let encoded else { return .superseded }
-            let payload = RecordEnvelope.snapshot(try encoded.get(), keys: keys, timers: timers)
+            // The state the running program decided: its revision's.
+            let payload = RecordEnvelope.snapshot(
+                try encoded.get(),
+                keys: keys,
+                timers: timers,
+                revision: program(stream)?.revision ?? 1
+            )
             try await store.save(Snapshot(stream: stream, version: version, payload: payload))
             return .saved
         } catch {

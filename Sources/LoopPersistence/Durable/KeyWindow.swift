@@ -173,16 +173,25 @@ public struct EventNote: Sendable, Hashable {
     /// The timers the event started and ended, and those that started since the last record (see
     /// ``DurableProgram/keepingTimers(codec:)``).
     public var timers: TimerNote
+    /// The program revision that decided this record and those after it, on the first record a new
+    /// revision appends (see ``DurableProgram/revision``); `nil` on the others.
+    public var revision: UInt32?
 
     /// Creates a note.
-    public init(key: KeyWindow.Entry? = nil, answers: [RecordedAnswer] = [], timers: TimerNote = TimerNote()) {
+    public init(
+        key: KeyWindow.Entry? = nil,
+        answers: [RecordedAnswer] = [],
+        timers: TimerNote = TimerNote(),
+        revision: UInt32? = nil
+    ) {
         self.key = key
         self.answers = answers
         self.timers = timers
+        self.revision = revision
     }
 
     /// Whether there is nothing to record.
-    public var isEmpty: Bool { key == nil && answers.isEmpty && timers.isEmpty }
+    public var isEmpty: Bool { key == nil && answers.isEmpty && timers.isEmpty && revision == nil }
 }
 
 extension KeyWindow {

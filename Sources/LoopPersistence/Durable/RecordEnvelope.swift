@@ -9,9 +9,17 @@
 /// A note alone:         marker, 3, flags, the same parts, and no event (a record of timers that started)
 /// With throttles:       marker, 5 (an event) or 6 (a note alone), then as 1 or 3, with the timers part's
 ///                       throttled form (older versions refuse these layouts rather than misread them)
+/// With a revision:      marker, 7 (an event) or 8 (a note alone), flags (1: key, 2: answers, 4: timers,
+///                       8: timers in the throttled form, 16: revision), [key entry], [count, answers],
+///                       [timers], [revision], event: the note of the first record a new program revision
+///                       appends (written only then, so stores of programs that never change revision
+///                       keep the layouts above)
 /// Snapshot with keys:   marker, 2, capacity, count, entries, state
 /// Snapshot with timers: marker, 4, flags (1: keys, 2: timers), [capacity, count, entries],
 ///                       [count, waiting timers], state
+/// Snapshot of a revision: marker, 9, flags (1: keys, 2: timers, 4: revision), [capacity, count, entries],
+///                       [count, waiting timers], [revision], state: a snapshot a program of revision 2
+///                       or later saved
 /// A key entry:          key (length, UTF-8), version, fingerprint, reply, answer flag, [answer]
 /// An answer:            reply, version, 0 and the encoded value, or 1 and why it did not encode
 /// Timers of a record:   time written, count, started (position, delay, effect), count, ended (version,
@@ -31,6 +39,9 @@ enum RecordEnvelope {
     static let kept: UInt8 = 4
     static let notedThrottled: UInt8 = 5
     static let bareThrottled: UInt8 = 6
+    static let notedRevision: UInt8 = 7
+    static let bareRevision: UInt8 = 8
+    static let keptRevision: UInt8 = 9
 
     /// The stored bytes of an event encoded as `event`, with `note` beside it; of the note alone when
     /// `event` is `nil`. (A timer's effect that did not encode is written empty: the loop refuses such a
@@ -39,7 +50,12 @@ enum RecordEnvelope {
     static func event(_ event: [UInt8]?, note: EventNote?) -> [UInt8] {
         guard let note, !note.isEmpty else { return event ?? [] }
         let throttled = note.timers.isThrottled
-        let layout = event == nil ? (throttled ? bareThrottled : bare) : (throttled ? notedThrottled : noted)
+        let layout =
+            if note.revision != nil {
+                event == nil ? bareRevision : notedRevision
+            } else {
+                event == nil ? (throttled ? bareThrottled : bare) : (throttled ? notedThrottled : noted)
+            }
         let event = event ?? []
         var bytes: [UInt8] = []
         // The marker, the layout and flags, a key entry's numbers (5 varints and a flag), its key; the
@@ -50,13 +66,16 @@ enum RecordEnvelope {
         )
         bytes += marker
         bytes.append(layout)
-        bytes.append((note.key == nil ? 0 : 1) | (note.answers.isEmpty ? 0 : 2) | (note.timers.isEmpty ? 0 : 4))
+        var flags: UInt8 = (note.key == nil ? 0 : 1) | (note.answers.isEmpty ? 0 : 2) | (note.timers.isEmpty ? 0 : 4)
+        if note.revision != nil { flags |= (throttled ? 8 : 0) | 16 }
+        bytes.append(flags)
         if let key = note.key { put(key, &bytes) }
         if !note.answers.isEmpty {
             BinaryTag.putVarint(UInt64(note.answers.count), &bytes)
             for answer in note.answers { put(answer, &bytes) }
         }
         if !note.timers.isEmpty { put(note.timers, throttled: throttled, &bytes) }
+        if let revision = note.revision { BinaryTag.putVarint(UInt64(revision), &bytes) }
         bytes += event
         return bytes
     }
@@ -67,18 +86,20 @@ enum RecordEnvelope {
         guard stored.starts(with: marker) else { return (stored, nil) }
         var reader = Reader(stored[marker.count...])
         let layout = try reader.byte()
-        guard layout == noted || layout == bare || layout == notedThrottled || layout == bareThrottled else {
+        guard [noted, bare, notedThrottled, bareThrottled, notedRevision, bareRevision].contains(layout) else {
             throw CodecError("an event record of an unknown layout")
         }
-        let throttled = layout == notedThrottled || layout == bareThrottled
         let flags = try reader.byte()
+        let revised = layout == notedRevision || layout == bareRevision
+        let throttled = layout == notedThrottled || layout == bareThrottled || (revised && flags & 8 != 0)
         var note = EventNote()
         if flags & 1 != 0 { note.key = try reader.entry() }
         if flags & 2 != 0 {
             for _ in 0..<(try reader.count()) { note.answers.append(try reader.answer()) }
         }
         if flags & 4 != 0 { note.timers = try reader.timers(throttled: throttled) }
-        guard layout == noted || layout == notedThrottled else {
+        if revised, flags & 16 != 0 { note.revision = try reader.revision() }
+        guard layout == noted || layout == notedThrottled || layout == notedRevision else {
             guard reader.rest.isEmpty else { throw CodecError("a record of a note alone with bytes after it") }
             return (nil, note)
         }
@@ -88,11 +109,19 @@ enum RecordEnvelope {
     /// The stored bytes of a snapshot encoded as `state`, with the callers' keys `keys` and the timers
     /// waiting, `timers` (each with its due time).
     @usableFromInline
-    static func snapshot(_ state: [UInt8], keys: KeyWindow?, timers: [RecordedTimer] = []) -> [UInt8] {
+    static func snapshot(
+        _ state: [UInt8],
+        keys: KeyWindow?,
+        timers: [RecordedTimer] = [],
+        revision: UInt32 = 1
+    ) -> [UInt8] {
         let keys = keys.flatMap { $0.count > 0 ? $0 : nil }
-        guard keys != nil || !timers.isEmpty else { return state }
+        guard keys != nil || !timers.isEmpty || revision != 1 else { return state }
         var bytes = marker
-        if timers.isEmpty {
+        if revision != 1 {
+            bytes.append(keptRevision)
+            bytes.append((keys == nil ? 0 : 1) | (timers.isEmpty ? 0 : 2) | 4)
+        } else if timers.isEmpty {
             bytes.append(keyed)
         } else {
             bytes.append(kept)
@@ -115,6 +144,7 @@ enum RecordEnvelope {
                 put(timer.payload, &bytes)
             }
         }
+        if revision != 1 { BinaryTag.putVarint(UInt64(revision), &bytes) }
         return bytes + state
     }
 
@@ -124,14 +154,15 @@ enum RecordEnvelope {
     static func snapshot(
         _ stored: [UInt8],
         capacity: Int
-    ) throws(CodecError) -> (state: [UInt8], keys: KeyWindow?, timers: [RecordedTimer]) {
-        guard stored.starts(with: marker) else { return (stored, nil, []) }
+    ) throws(CodecError) -> (state: [UInt8], keys: KeyWindow?, timers: [RecordedTimer], revision: UInt32) {
+        guard stored.starts(with: marker) else { return (stored, nil, [], 1) }
         var reader = Reader(stored[marker.count...])
         let layout = try reader.byte()
         let flags: UInt8
         switch layout {
         case keyed: flags = 1
-        case kept: flags = try reader.byte()
+        case kept: flags = try reader.byte() & 3
+        case keptRevision: flags = try reader.byte()
         default: throw CodecError("a snapshot record of an unknown layout")
         }
         var keys: KeyWindow?
@@ -164,7 +195,8 @@ enum RecordEnvelope {
                 )
             }
         }
-        return (Array(reader.rest), keys, timers)
+        let revision = flags & 4 != 0 ? try reader.revision() : 1
+        return (Array(reader.rest), keys, timers, revision)
     }
 
     private static func put(_ timers: TimerNote, throttled: Bool, _ bytes: inout [UInt8]) {
@@ -276,6 +308,12 @@ enum RecordEnvelope {
         }
 
         /// A duration written by ``RecordEnvelope/put(_:_:)``.
+        mutating func revision() throws(CodecError) -> UInt32 {
+            let revision = try varint()
+            guard revision <= UInt64(UInt32.max) else { throw CodecError("a program revision too large in a record") }
+            return UInt32(revision)
+        }
+
         mutating func duration() throws(CodecError) -> Duration {
             let zigzag = try varint()
             return .nanoseconds(Int64(bitPattern: zigzag >> 1) ^ -Int64(bitPattern: zigzag & 1))

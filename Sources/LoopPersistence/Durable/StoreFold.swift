@@ -20,20 +20,38 @@ enum StoreFold {
         }
     }
 
-    /// Folds the records of `stream` after `version` into `state`; returns the last version folded
-    /// (`version` when there is none). Throws ``Undecodable`` for a record that does not decode, the
-    /// store's error if reading fails, and whatever `afterEach` throws.
+    /// A record decided by a program revision the program neither is nor replays, at `version`.
+    @usableFromInline
+    struct UnknownRevision: Error {
+        @usableFromInline let revision: UInt32
+        @usableFromInline let version: UInt64
+
+        @inlinable
+        init(revision: UInt32, version: UInt64) {
+            self.revision = revision
+            self.version = version
+        }
+    }
+
+    /// Folds the records of `stream` after `version` into `state`, each through the update of the
+    /// program revision that decided it (`revision` is the one of the record at `version`, and is left
+    /// at the last one's); returns the last version folded (`version` when there is none). Throws
+    /// ``Undecodable`` for a record that does not decode, ``UnknownRevision`` for one whose revision the
+    /// program does not replay (nothing of it is applied), the store's error if reading fails, and
+    /// whatever `afterEach` throws.
     @inlinable
     static func fold<State, Event, Effect>(
         _ stream: String,
         of store: any EventStore,
         after version: UInt64,
         into state: inout State,
-        update: Update<State, Event, Effect>,
+        revision: inout UInt32,
+        program: DurableProgram<State, Event, Effect>,
         events: any EventCodec<Event>,
         afterEach: (_ note: EventNote?, _ version: UInt64, _ state: borrowing State) throws -> Void
     ) async throws -> UInt64 {
         var last = version
+        var update = program.update(ofRevision: revision)
         for try await stored in store.events(of: stream, after: version) {
             let event: Event?
             let note: EventNote?
@@ -45,7 +63,14 @@ enum StoreFold {
             } catch {
                 throw Undecodable(version: stored.version, reason: "\(error)")
             }
-            if let event { _ = update(&state, event) }
+            if let recorded = note?.revision, recorded != revision {
+                revision = recorded
+                update = program.update(ofRevision: recorded)
+            }
+            if let event {
+                guard let update else { throw UnknownRevision(revision: revision, version: stored.version) }
+                _ = update(&state, event)
+            }
             last = stored.version
             try afterEach(note, last, state)
         }

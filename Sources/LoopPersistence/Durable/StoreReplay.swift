@@ -58,13 +58,15 @@ public enum StoreReplay {
         }
         try check(outcome.state)
         var state = outcome.state
+        var revision: UInt32 = 1
         do {
             outcome.events = try await StoreFold.fold(
                 stream,
                 of: store,
                 after: 0,
                 into: &state,
-                update: program.update,
+                revision: &revision,
+                program: program,
                 events: events
             ) { _, version, state in
                 outcome.events = version
@@ -74,6 +76,13 @@ public enum StoreReplay {
             throw Failure(
                 description:
                     "stream '\(stream)': the event at version \(undecodable.version) does not decode: \(undecodable.reason)"
+            )
+        } catch let unknown as StoreFold.UnknownRevision {
+            throw Failure(
+                description: DurableFailure(
+                    .unknownRevision(unknown.revision, version: unknown.version, running: program.revision),
+                    stream: stream
+                ).description
             )
         }
         outcome.state = state

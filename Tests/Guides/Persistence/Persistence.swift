@@ -392,3 +392,55 @@ func openRetaining(directory: String) throws -> FileEventStore {
     await #expect(throws: EventStoreError.self) { try await store.read("order-17", after: 1, limit: 10) }
     await store.close()
 }
+
+// snippet
+enum Wallet {
+    struct State: Codable, Equatable, Sendable { var balance = 0 }
+    enum Event: Codable, Sendable { case deposit(Int) }
+
+    /// Release 1 charged a fee of 1 a deposit.
+    static func feeOfOne(_ state: inout State, _ event: Event) -> [Never] {
+        guard case .deposit(let amount) = event else { return [] }
+        state.balance += amount - 1
+        return []
+    }
+
+    /// Release 2 charges 2, from now on.
+    static func feeOfTwo(_ state: inout State, _ event: Event) -> [Never] {
+        guard case .deposit(let amount) = event else { return [] }
+        state.balance += amount - 2
+        return []
+    }
+
+    static let program = DurableProgram(initial: State(), update: Update(feeOfTwo), revision: 2)
+        .replaying(revision: 1, with: Update(feeOfOne))
+}
+// end snippet
+
+@Test func aNewReleaseRecoversWhatTheOldOneAcknowledged() async throws {
+    let store = InMemoryEventStore()
+    func deposit(
+        _ amount: Int,
+        with program: DurableProgram<Wallet.State, Wallet.Event, Never>
+    ) async throws
+        -> Wallet.State
+    {
+        let wallet = DurableLoop(
+            stream: "wallet-1",
+            program: program,
+            effects: EffectRouter(),
+            store: store,
+            snapshotEvery: nil
+        )
+        let running = Task { try await wallet.run() }
+        _ = try await wallet.sendDurably(.deposit(amount))
+        let state = try await wallet.durableState()
+        wallet.stop()
+        _ = try await running.value
+        return state
+    }
+    let releaseOne = DurableProgram(initial: Wallet.State(), update: Update(Wallet.feeOfOne))
+    #expect(try await deposit(10, with: releaseOne) == Wallet.State(balance: 9))
+    // Release 2 recovers 9, not 8, and charges its own fee on the next deposit.
+    #expect(try await deposit(10, with: Wallet.program) == Wallet.State(balance: 17))
+}
