@@ -22,7 +22,7 @@ test-tsan: deps ; EFFECTLOOP_SANITIZED=1 TSAN_OPTIONS=halt_on_error=1 swift test
 demo: deps ; swift run -c release loop-demo || [ $$? -eq 1 ]
 # The job runner as a cluster of three nodes on a throwaway PostgreSQL server; one node is killed mid-run.
 demo-cluster: deps ; swift run -c release loop-demo cluster-demo
-test-asan: deps ; EFFECTLOOP_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/.lsan-suppressions swift test $(STRICT) --sanitize=address --scratch-path .build-asan
+test-asan: deps ; EFFECTLOOP_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan-suppressions swift test $(STRICT) --sanitize=address --scratch-path .build-asan
 bench: deps ; swift run -c release loop-bench
 bench-quick: deps ; swift run -c release loop-bench --quick
 # Lock acquisitions per event -> effect -> event round trip (a build that counts them; not a speed figure).
@@ -34,8 +34,8 @@ docs-check: docs ; bash Docs/Site/check.sh
 lint: ; swift format lint --strict $(FMT_OPTIONS) $(SOURCES) && swift package dump-package | swift .ci/architecture-check.swift && swift .ci/guide-check.swift
 format: ; swift format format --in-place $(FMT_OPTIONS) $(SOURCES)
 
-# Fuzzing: each target runs FUZZ_SECONDS from the committed seeds in Fuzz/, under ASan.
+# Fuzzing: each target runs FUZZ_SECONDS from the committed seeds in Tests/Fuzz/, under ASan.
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD := swift build --sanitize=fuzzer --sanitize=address -Xswiftc -DFUZZING --scratch-path .build-fuzz
 .PHONY: fuzz
-fuzz: ; for t in commands journal; do $(FUZZ_BUILD) --product fuzz-$$t && mkdir -p .build-fuzz/corpus-$$t && .build-fuzz/debug/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 .build-fuzz/corpus-$$t Fuzz/$$t || exit 1; done
+fuzz: ; for t in commands journal; do $(FUZZ_BUILD) --product fuzz-$$t && mkdir -p .build-fuzz/corpus-$$t && .build-fuzz/debug/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 .build-fuzz/corpus-$$t Tests/Fuzz/$$t || exit 1; done

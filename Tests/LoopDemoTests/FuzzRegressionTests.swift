@@ -8,13 +8,13 @@ import Testing
     static let root = String(#filePath.prefix(upTo: #filePath.range(of: "/Tests/")?.lowerBound ?? #filePath.endIndex))
 
     @Test func theCommandCorpusParsesWithoutCrashing() {
-        let files = FuzzCorpus.files(at: Self.root + "/Fuzz/commands")
+        let files = FuzzCorpus.files(at: Self.root + "/Tests/Fuzz/commands")
         #expect(files.count >= 9)
         for file in files { FuzzEntry.command(FuzzCorpus.read(file)) }
     }
 
     @Test func theJournalCorpusReadsAndReplaysWithoutCrashing() {
-        let files = FuzzCorpus.files(at: Self.root + "/Fuzz/journal")
+        let files = FuzzCorpus.files(at: Self.root + "/Tests/Fuzz/journal")
         #expect(files.count >= 3)
         for file in files { FuzzEntry.journal(FuzzCorpus.read(file)) }
     }
