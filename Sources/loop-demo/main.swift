@@ -37,7 +37,7 @@ let executable: String = {
 
 let usage = """
     usage: loop-demo [--stdin] [--journal FILE | --store DIR [--accept-loss]]
-           loop-demo replay FILE | replay --store DIR [--accept-loss]
+           loop-demo replay FILE | replay --store DIR [--accept-loss] | verify --store DIR
            loop-demo --help | --version
 
     With no arguments, runs a built-in scenario of a dozen jobs and prints a summary.
@@ -69,6 +69,12 @@ let usage = """
                        snapshot, print the final state; it only reads the store (nothing is cut or
                        written, so it works on a store in use or on a read-only file system), and
                        skips an unfinished last write
+      verify --store DIR
+                       the check before a deploy: replay the store as replay --store does, with this
+                       build's program (each record through the update of the program revision that
+                       decided it) and print one line; exit 0 only if every record replays and the
+                       snapshot matches, 65 naming the first record (or the snapshot's differences)
+                       otherwise. It only reads the store
     SIGINT, SIGTERM or SIGHUP shuts down gracefully: running jobs get 2 seconds, then are killed.
     A second one stops at once: running jobs are killed, and the summary is still printed.
     A failed job is retried with a backoff doubling from 100 ms, at most 60 s between attempts.
@@ -78,7 +84,7 @@ let usage = """
       1   some job failed or was cancelled
       64  usage error
       65  a journal or store that does not replay (damaged, or records that no longer decode)
-      66  replay --store: no store in the directory
+      66  replay --store, verify --store: no store in the directory
       70  an internal error
       73  the journal file or store cannot be created (or another process holds the store)
       74  the store failed while running (disk full, I/O error); what was recorded is kept
@@ -98,6 +104,7 @@ enum Mode {
     case clusterDemo
     case replay(String)
     case replayStore(String, acceptLoss: Bool)
+    case verifyStore(String)
     case help
     case version
 }
@@ -156,6 +163,12 @@ func parseArguments(_ arguments: [String]) -> Result<Mode, CommandError> {
         }
     }
     if arguments == ["cluster-demo"] { return .success(.clusterDemo) }
+    if arguments.first == "verify" {
+        guard arguments.count == 3, arguments[1] == "--store" else {
+            return .failure(CommandError(description: "usage: verify --store DIR"))
+        }
+        return .success(.verifyStore(arguments[2]))
+    }
     if arguments.first == "replay" {
         if arguments.count >= 3 && arguments.count <= 4 && arguments[1] == "--store"
             && (arguments.count == 3 || arguments[3] == "--accept-loss")
@@ -236,8 +249,9 @@ func replay(_ path: String) -> Int32 {
 }
 
 /// Replays the store in `directory` from its first event, checks the fold against the latest snapshot,
-/// and prints the final state. One page of events in memory at a time.
-func replayStore(_ directory: String, acceptLoss: Bool) async -> Int32 {
+/// and prints the final state (with `summary`; otherwise only the verdict: the deploy check). One page
+/// of events in memory at a time.
+func replayStore(_ directory: String, acceptLoss: Bool, summary: Bool = true) async -> Int32 {
     // Opening a store creates one where there is none: a replay must find one there instead.
     // A store is its log files, or its manifest (which names the log files even if they are gone).
     guard
@@ -254,8 +268,15 @@ func replayStore(_ directory: String, acceptLoss: Bool) async -> Int32 {
     }
     do {
         let replay = try await StoreReplay.run(store: store, stream: JobRunner.stream, program: durableProgram)
-        for line in JobRunner.summary(replay.state) { print(Console.escapingControlCharacters(line)) }
-        print("replayed \(replay.events) events from \(directory)" + replay.snapshotCheck)
+        if summary {
+            for line in JobRunner.summary(replay.state) { print(Console.escapingControlCharacters(line)) }
+            print("replayed \(replay.events) events from \(directory)" + replay.snapshotCheck)
+        } else {
+            print(
+                "verified \(replay.events) records of \(directory) with revision \(durableProgram.revision) of the program"
+                    + replay.snapshotCheck
+            )
+        }
         await store.close()
         return 0
     } catch {
@@ -468,6 +489,8 @@ case .success(.replay(let path)):
     exit(replay(path))
 case .success(.replayStore(let directory, let acceptLoss)):
     exit(await replayStore(directory, acceptLoss: acceptLoss))
+case .success(.verifyStore(let directory)):
+    exit(await replayStore(directory, acceptLoss: false, summary: false))
 case .success(.run(let stdin, let journal, let acks, let store, let acceptLoss)):
     exit(await run(stdin: stdin, journalPath: journal, acks: acks, storePath: store, acceptLoss: acceptLoss))
 case .success(.node(let conninfo, let name, let limit)):

@@ -33,6 +33,7 @@ import Glibc
             help.output.contains("--journal FILE") && help.output.contains("replay FILE")
                 && help.output.contains("--stdin") && help.output.contains("--version")
                 && help.output.contains("--store DIR") && help.output.contains("replay --store DIR")
+                && help.output.contains("verify --store DIR")
         )
         for status in [
             "0   every job succeeded", "1   some job failed", "64  usage", "65  a journal", "70  an internal",

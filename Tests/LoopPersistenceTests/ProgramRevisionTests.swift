@@ -130,6 +130,33 @@ enum Fees {
         }
     }
 
+    @Test func theOfflineReplayNamesTheFirstRecordANewRevisionCannotReplay() async throws {
+        let store = InMemoryEventStore()
+        _ = try await Fees.run(Fees.first, on: store, depositing: [10, 10])
+        _ = try await StoreReplay.run(store: store, stream: "account", program: Fees.first)
+        let failure = await #expect(throws: StoreReplay.Failure.self) {
+            try await StoreReplay.run(store: store, stream: "account", program: Fees.second)
+        }
+        #expect(
+            failure?.description.hasPrefix("stream 'account': the event at version 1 was decided by revision 1") == true
+        )
+    }
+
+    @Test func anUpdateChangedWithoutANewRevisionIsCaughtAtTheSnapshotWithItsDifferences() async throws {
+        let store = InMemoryEventStore()
+        _ = try await Fees.run(Fees.first, on: store, snapshotEvery: 2, depositing: [10, 10])
+        // Revision 1 still, but a fee of 2: it would re-decide both deposits.
+        let edited = DurableProgram(initial: Fees.State(), update: Fees.charging(2))
+        let failure = await #expect(throws: StoreReplay.Failure.self) {
+            try await StoreReplay.run(store: store, stream: "account", program: edited)
+        }
+        #expect(
+            failure?.description
+                == "stream 'account': the snapshot at version 2 differs from the events before it"
+                + "\n  balance: 18 → 16\n  fees: 2 → 4"
+        )
+    }
+
     @Test func aRevisionIsWrittenInItsOwnLayoutsAndReadBack() throws {
         // Revision 1 (and a note without a revision) keeps the layouts older releases read.
         #expect(RecordEnvelope.event([7], note: nil) == [7])

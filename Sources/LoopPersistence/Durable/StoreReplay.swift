@@ -2,7 +2,9 @@ internal import LoopCore
 
 /// Replays a stream from its first event through a program's pure update, one page in memory at a
 /// time, and checks the fold against the stream's latest snapshot: how a tool verifies a store offline
-/// (`loop-demo replay --store DIR`). Effects are computed and dropped, never kept.
+/// (`loop-demo replay --store DIR`), and the gate before a deploy (`loop-demo verify --store DIR`). Each
+/// record goes through the update of the program revision that decided it (see
+/// ``DurableProgram/replaying(revision:with:)``). Effects are computed and dropped, never kept.
 public enum StoreReplay {
     /// What a replay found.
     public struct Outcome<State> {
@@ -22,7 +24,9 @@ public enum StoreReplay {
 
     /// Why a replay stopped: names the stream and the version.
     public struct Failure: Error, Hashable, Sendable, CustomStringConvertible {
-        /// A sentence naming the stream, the version, and what went wrong.
+        /// A sentence naming the stream, the version, and what went wrong; for a snapshot that differs
+        /// from the replay, a line per difference after it (`  balance: 27 → 24`, the snapshot's value
+        /// first).
         public var description: String
     }
 
@@ -49,9 +53,12 @@ public enum StoreReplay {
                 )
             }
             guard saved == state else {
+                // What the replay made, against what the program that saved the snapshot had.
+                let differences = StateDifference.lines(from: saved, to: copy state)
                 throw Failure(
                     description:
                         "stream '\(stream)': the snapshot at version \(snapshot.version) differs from the events before it"
+                        + differences.map { "\n  \($0)" }.joined()
                 )
             }
             outcome.snapshotVersion = snapshot.version
