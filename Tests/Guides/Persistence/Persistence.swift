@@ -444,3 +444,25 @@ enum Wallet {
     // Release 2 recovers 9, not 8, and charges its own fee on the next deposit.
     #expect(try await deposit(10, with: Wallet.program) == Wallet.State(balance: 17))
 }
+
+// snippet
+/// Release 1's event, as the store holds it.
+enum WalletEventV1: Codable, Sendable { case deposit(Int) }
+
+/// Release 2 renamed the case.
+enum WalletEvent: Codable, Equatable, Sendable { case credited(Int) }
+
+let walletEvents = VersionedCodec(version: 2, codec: BinaryCodec<WalletEvent>())
+    .upcasting(VersionedCodec(version: 1, codec: BinaryCodec<WalletEventV1>())) { old in
+        switch old {
+        case .deposit(let amount): .credited(amount)
+        }
+    }
+// end snippet
+
+@Test func anEventReleaseOneStoredIsReadInReleaseTwosForm() throws {
+    let stored = try BinaryCodec<WalletEventV1>().encode(.deposit(10))
+    #expect(try walletEvents.decode(stored) == .credited(10))
+    // What release 2 writes says so, and reads back.
+    #expect(try walletEvents.decode(try walletEvents.encode(.credited(5))) == .credited(5))
+}
