@@ -70,11 +70,12 @@ let usage = """
                        written, so it works on a store in use or on a read-only file system), and
                        skips an unfinished last write
       verify --store DIR
-                       the check before a deploy: replay the store as replay --store does, with this
-                       build's program (each record through the update of the program revision that
-                       decided it) and print one line; exit 0 only if every record replays and the
-                       snapshot matches, 65 naming the first record (or the snapshot's differences)
-                       otherwise. It only reads the store
+                       the check before a deploy: replay every stream of the store as replay --store
+                       does, with this build's program (each record through the update of the program
+                       revision that decided it) and print one line; exit 0 only if every record
+                       replays and every snapshot matches, 65 naming, for each stream that does not,
+                       its first record it cannot replay (or its snapshot's differences). It only reads
+                       the store
     SIGINT, SIGTERM or SIGHUP shuts down gracefully: running jobs get 2 seconds, then are killed.
     A second one stops at once: running jobs are killed, and the summary is still printed.
     A failed job is retried with a backoff doubling from 100 ms, at most 60 s between attempts.
@@ -267,16 +268,27 @@ func replayStore(_ directory: String, acceptLoss: Bool, summary: Bool = true) as
     case .failure(let status): return status.code
     }
     do {
-        let replay = try await StoreReplay.run(store: store, stream: JobRunner.stream, program: durableProgram)
-        if summary {
-            for line in JobRunner.summary(replay.state) { print(Console.escapingControlCharacters(line)) }
-            print("replayed \(replay.events) events from \(directory)" + replay.snapshotCheck)
-        } else {
-            print(
-                "verified \(replay.events) records of \(directory) with revision \(durableProgram.revision) of the program"
-                    + replay.snapshotCheck
+        guard summary else {
+            // Every stream of the store, not only the demo's: a store is verified whole.
+            let verification = await StoreReplay.verify(
+                store: store,
+                streams: try store.streamNames(),
+                program: durableProgram,
+                events: BinaryCodec<JobRunner.Event>(),
+                states: BinaryCodec<JobRunner.State>()
             )
+            await store.close()
+            for failure in verification.failures { printError("loop-demo: \(failure)") }
+            guard verification.failures.isEmpty else { return 65 }
+            print(
+                "verified \(verification.streams) stream\(verification.streams == 1 ? "" : "s") and "
+                    + "\(verification.records) records in \(directory) with revision \(durableProgram.revision) of the program"
+            )
+            return 0
         }
+        let replay = try await StoreReplay.run(store: store, stream: JobRunner.stream, program: durableProgram)
+        for line in JobRunner.summary(replay.state) { print(Console.escapingControlCharacters(line)) }
+        print("replayed \(replay.events) events from \(directory)" + replay.snapshotCheck)
         await store.close()
         return 0
     } catch {

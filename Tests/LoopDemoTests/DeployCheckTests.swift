@@ -27,7 +27,7 @@ import Testing
         let store = try copy(into: scratch)
         let (status, output) = try await Demo.sh("\"$DEMO\" verify --store '\(store)'")
         #expect(status == 0, "\(output)")
-        #expect(output == "verified 38 records of \(store) with revision 1 of the program")
+        #expect(output == "verified 1 stream and 38 records in \(store) with revision 1 of the program")
         // Read only: the same files, byte for byte, and no lock file left.
         #expect(FileSystem.entries(of: store)?.sorted() == Self.files)
         for file in Self.files {

@@ -1,5 +1,6 @@
 import EffectHandlers
 import LoopCore
+import LoopTesting
 import Testing
 
 @testable import LoopPersistence
@@ -34,11 +35,12 @@ enum Fees {
     static func run(
         _ program: DurableProgram<State, Event, Never>,
         on store: any EventStore,
+        stream: String = "account",
         snapshotEvery: UInt64? = nil,
         depositing deposits: [Int] = []
     ) async throws -> State {
         let loop = DurableLoop(
-            stream: "account",
+            stream: stream,
             program: program,
             effects: EffectRouter<Never, Event>(),
             store: store,
@@ -155,6 +157,49 @@ enum Fees {
                 == "stream 'account': the snapshot at version 2 differs from the events before it"
                 + "\n  balance: 18 → 16\n  fees: 2 → 4"
         )
+    }
+
+    @Test func theCheckBeforeADeployGoesOverEveryStreamAndReportsEachThatDoesNotReplay() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try FileEventStore(directory: directory.path)
+        _ = try await Fees.run(Fees.first, on: store, stream: "old", depositing: [10])
+        _ = try await Fees.run(Fees.second, on: store, stream: "new", depositing: [10, 10])
+        let streams = try store.streamNames()
+        #expect(streams == ["new", "old"])
+        let codecs = (BinaryCodec<Fees.Event>(), BinaryCodec<Fees.State>())
+        // Revision 2 alone cannot replay the old stream; kept, revision 1's update can.
+        let alone = await StoreReplay.verify(
+            store: store,
+            streams: streams,
+            program: Fees.second,
+            events: codecs.0,
+            states: codecs.1
+        )
+        #expect(alone.streams == 2 && alone.records == 2)
+        #expect(
+            alone.failures.map(\.description) == [
+                DurableFailure(.unknownRevision(1, version: 1, running: 2), stream: "old").description
+            ]
+        )
+        let keeping = await StoreReplay.verify(
+            store: store,
+            streams: streams,
+            program: Fees.second.replaying(revision: 1, with: Fees.charging(1)),
+            events: codecs.0,
+            states: codecs.1
+        )
+        #expect(keeping == StoreReplay.Verification(streams: 2, records: 3, failures: []))
+        // Revision 1 cannot replay what revision 2 wrote (a rollback).
+        let back = await StoreReplay.verify(
+            store: store,
+            streams: streams,
+            program: Fees.first,
+            events: codecs.0,
+            states: codecs.1
+        )
+        #expect(back.failures.count == 1 && back.failures[0].description.hasPrefix("stream 'new'"))
+        await store.close()
+        #expect(throws: EventStoreError.self) { try store.streamNames() }
     }
 
     @Test func aRevisionIsWrittenInItsOwnLayoutsAndReadBack() throws {

@@ -104,6 +104,51 @@ public enum StoreReplay {
 }
 
 extension StoreReplay {
+    /// What ``verify(store:streams:program:events:states:)`` found.
+    public struct Verification: Hashable, Sendable {
+        /// The streams replayed.
+        public var streams: Int
+        /// The records of the streams that replayed.
+        public var records: UInt64
+        /// Why each stream that did not replay failed, in the order the streams were given: empty when
+        /// every one replays.
+        public var failures: [Failure]
+    }
+
+    /// Replays each of `streams` as ``run(store:stream:program:events:states:)`` does: the check before a
+    /// deploy. A stream that does not replay (a revision the program does not keep, a record that no
+    /// longer decodes, a snapshot that differs, damage the store finds) is reported, and the others are
+    /// still checked.
+    public static func verify<State: Equatable, Event, Effect>(
+        store: any EventStore,
+        streams: some Sequence<String>,
+        program: DurableProgram<State, Event, Effect>,
+        events: some EventCodec<Event>,
+        states: some EventCodec<State>
+    ) async -> Verification {
+        var verification = Verification(streams: 0, records: 0, failures: [])
+        for stream in streams {
+            verification.streams += 1
+            do {
+                let outcome = try await run(
+                    store: store,
+                    stream: stream,
+                    program: program,
+                    events: events,
+                    states: states
+                )
+                verification.records += outcome.events
+            } catch let failure as Failure {
+                verification.failures.append(failure)
+            } catch {
+                verification.failures.append(Failure(description: "stream '\(stream)': \(error)"))
+            }
+        }
+        return verification
+    }
+}
+
+extension StoreReplay {
     /// Replays with ``BinaryCodec`` (the durable loops' default) for events and states.
     public static func run<State: Equatable & Codable, Event: Codable, Effect>(
         store: any EventStore,

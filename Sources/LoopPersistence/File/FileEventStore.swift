@@ -496,6 +496,20 @@ public final class FileEventStore: AppendingWithCompletion {
         return try body(entry, segments)
     }
 
+    /// The name of every stream in the store, sorted: for a tool that goes over a whole store (the
+    /// check before a deploy, ``StoreReplay/verify(store:streams:program:events:states:)``).
+    public func streamNames() throws(EventStoreError) -> [String] {
+        let names = shared.withLock { shared -> [String]? in
+            guard !shared.closed else { return nil }
+            var names: [String] = []
+            names.reserveCapacity(shared.streams.count)
+            shared.streams.forEveryStream { stream, _ in names.append(stream) }
+            return names
+        }
+        guard let names else { throw Self.closedError }
+        return names.sorted()
+    }
+
     /// See ``EventStore/version(of:)``.
     public func version(of stream: String) async throws -> UInt64 {
         try view(of: stream).entry?.version ?? 0
