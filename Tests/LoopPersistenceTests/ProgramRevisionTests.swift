@@ -53,7 +53,9 @@ enum Fees {
             state = try await loop.durableState()
         } catch {
             loop.stop()
-            _ = try? await running.value
+            // The run's own error says why: a recovery that failed is `storeFailed` there, whether the
+            // read came before the failure or was refused after it.
+            _ = try await running.value
             throw error
         }
         loop.stop()
