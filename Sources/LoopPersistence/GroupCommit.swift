@@ -25,9 +25,10 @@ package struct GroupCommit<Write> {
         return true
     }
 
-    /// The writer's next batch: the oldest writes waiting, at most `limit` of them. `nil` when none
-    /// waits: the writer ends, and the next write schedules a new one.
+    /// The writer's next batch: the oldest writes waiting, at most `limit` of them (at least one). `nil`
+    /// when none waits: the writer ends, and the next write schedules a new one.
     package mutating func nextBatch(limit: Int = .max) -> [Write]? {
+        let limit = max(limit, 1)
         guard !waiting.isEmpty else {
             writing = false
             return nil

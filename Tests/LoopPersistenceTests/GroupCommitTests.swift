@@ -29,6 +29,10 @@ import Testing
         while let batch = commits.nextBatch(limit: 2) { batches.append(batch) }
         #expect(batches == [[1, 2], [3, 4], [5]])
         #expect(!commits.writing)
+        // A limit below one still takes one: a writer always makes progress.
+        _ = commits.enqueue(6)
+        let one = commits.nextBatch(limit: 0)
+        #expect(one == [6])
     }
 
     @Test func theWriterEndsWhenNothingWaitsAndTheNextWriteSchedulesANewOne() {

@@ -307,13 +307,14 @@ enum RecordEnvelope {
             return Int(index)
         }
 
-        /// A duration written by ``RecordEnvelope/put(_:_:)``.
+        /// A program revision (see ``EventNote/revision``).
         mutating func revision() throws(CodecError) -> UInt32 {
             let revision = try varint()
             guard revision <= UInt64(UInt32.max) else { throw CodecError("a program revision too large in a record") }
             return UInt32(revision)
         }
 
+        /// A duration written by ``RecordEnvelope/put(_:_:)``.
         mutating func duration() throws(CodecError) -> Duration {
             let zigzag = try varint()
             return .nanoseconds(Int64(bitPattern: zigzag >> 1) ^ -Int64(bitPattern: zigzag & 1))
