@@ -86,18 +86,9 @@ public struct VersionedCodec<Value>: EventCodec {
     /// The version bytes were written in (1 without a marker), and the codec's bytes after it.
     private static func split(_ bytes: [UInt8]) throws -> (UInt32, [UInt8]) {
         guard bytes.starts(with: marker) else { return (1, bytes) }
-        var version: UInt64 = 0
-        var shift: UInt64 = 0
-        var index = marker.count
-        while true {
-            guard index < bytes.count, shift < 35 else { throw CodecError("a form version cut short or too long") }
-            let byte = bytes[index]
-            index += 1
-            version |= UInt64(byte & 0x7F) << shift
-            if byte & 0x80 == 0 { break }
-            shift += 7
-        }
+        var reader = RecordEnvelope.Reader(bytes[marker.count...])
+        let version = try reader.varint()
         guard version >= 1, version <= UInt64(UInt32.max) else { throw CodecError("a form version of \(version)") }
-        return (UInt32(version), Array(bytes[index...]))
+        return (UInt32(version), Array(reader.rest))
     }
 }

@@ -6,9 +6,7 @@ import Testing
 /// wrote and that is checked in (`Tests/Fixtures/loop-demo-store-2026-11-28`, written by
 /// `loop-demo --store DIR` at 030614d): every later build must still replay it, or say why not.
 @Suite struct DeployCheckTests {
-    static let fixture =
-        String(#filePath.prefix(upTo: #filePath.range(of: "/Tests/")?.lowerBound ?? #filePath.endIndex))
-        + "/Tests/Fixtures/loop-demo-store-2026-11-28"
+    static let fixture = FuzzRegressionTests.root + "/Tests/Fixtures/loop-demo-store-2026-11-28"
     static let files = ["segment-00000000.log", "store.index", "store.manifest"]
 
     /// A copy of the fixture in a scratch directory, so no test can change the checked-in one.

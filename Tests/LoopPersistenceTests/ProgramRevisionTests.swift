@@ -30,12 +30,13 @@ enum Fees {
     static let first = DurableProgram(initial: State(), update: charging(1))
     static let second = DurableProgram(initial: State(), update: charging(2), revision: 2)
 
-    /// Runs `program` on `stream` of `store`, deposits each of `deposits` durably, and stops; returns the
-    /// durable state before the stop.
+    /// Runs `program` on `stream` of `store` (its snapshots in `states`' form), deposits each of
+    /// `deposits` durably, and stops; returns the durable state before the stop.
     static func run(
         _ program: DurableProgram<State, Event, Never>,
         on store: any EventStore,
         stream: String = "account",
+        states: any EventCodec<State> = BinaryCodec<State>(),
         snapshotEvery: UInt64? = nil,
         depositing deposits: [Int] = []
     ) async throws -> State {
@@ -44,6 +45,8 @@ enum Fees {
             program: program,
             effects: EffectRouter<Never, Event>(),
             store: store,
+            events: BinaryCodec<Event>(),
+            states: states,
             snapshotEvery: snapshotEvery
         )
         let running = Task { try await loop.run() }

@@ -1,6 +1,4 @@
-import EffectHandlers
 import LoopCore
-import LoopTesting
 import Testing
 
 @testable import LoopPersistence
@@ -27,28 +25,8 @@ import Testing
         try await store.save(Snapshot(stream: "account", version: 2, payload: snapshot))
     }
 
-    func recover(from store: any EventStore, states: some EventCodec<Fees.State>) async throws -> Fees.State {
-        let loop = DurableLoop(
-            stream: "account",
-            program: Fees.first,
-            effects: EffectRouter<Never, Fees.Event>(),
-            store: store,
-            events: BinaryCodec<Fees.Event>(),
-            states: states
-        )
-        let running = Task { try await loop.run() }
-        let state: Fees.State
-        do {
-            state = try await loop.durableState()
-        } catch {
-            loop.stop()
-            // The run's error says why a recovery failed, whenever the read came.
-            _ = try await running.value
-            throw error
-        }
-        loop.stop()
-        _ = try await running.value
-        return state
+    func recover(from store: any EventStore, states: any EventCodec<Fees.State>) async throws -> Fees.State {
+        try await Fees.run(Fees.first, on: store, states: states)
     }
 
     @Test func aSnapshotInAnEarlierFormIsReadThroughItsUpcaster() async throws {
