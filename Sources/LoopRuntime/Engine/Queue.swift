@@ -5,7 +5,8 @@
 /// Two stacks: new elements go on `incoming`; the front is the end of `outgoing`, refilled by swapping in
 /// `incoming` and reversing it in place when it runs out, so under a steady load both buffers are reused.
 /// An element taken leaves its slot at once, so what it holds is not kept until the queue next empties;
-/// a queue that grew in a burst gives its large buffers back once it is empty.
+/// a queue that grew in a burst gives its large buffers back once it is empty, and so does one that held a
+/// single element.
 @usableFromInline
 package struct Queue<Element> {
     @usableFromInline
@@ -57,11 +58,15 @@ package struct Queue<Element> {
         return all
     }
 
-    /// Once the queue is empty: drops a buffer a burst left large, keeps a small one for reuse.
+    /// Once the queue is empty: drops a buffer a burst left large, keeps a small one for reuse, but not
+    /// one of a single slot. That is what a lone queued element leaves (a new loop's first event, queued
+    /// while its creator starts it): kept, it would cost each idle loop of a group an allocation for as
+    /// long as it idles (64 bytes of w3's bytes per loop, `Docs/Performance.md`), to save one allocation
+    /// the next time a single event queues.
     @inlinable
     mutating func giveBackLargeBuffers() {
-        if outgoing.capacity > Self.keptCapacity { outgoing = [] }
-        if incoming.capacity > Self.keptCapacity { incoming = [] }
+        if outgoing.capacity > Self.keptCapacity || outgoing.capacity == 1 { outgoing = [] }
+        if incoming.capacity > Self.keptCapacity || incoming.capacity == 1 { incoming = [] }
     }
 
     /// The largest buffer an empty queue keeps: small ones are reused, larger ones are given back.

@@ -23,7 +23,9 @@ internal import Synchronization
 /// Every event the group accepts is processed, or counted as dropped, by the loop it was sent to, even
 /// when the group is stopped while it is still starting its loops. Events turned away for an id that has
 /// no loop are counted in the group's ``report`` and reported to its observer.
-public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
+public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Sendable, Effect: Sendable>: Sendable,
+    LoopHolder
+{
     @usableFromInline
     let program: @Sendable (ID) -> Program<State, Event, Effect>
     @usableFromInline
@@ -127,12 +129,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     /// Creates the loop for `id`, outside the lock, and inserts it with `event`.
     @inlinable
     func create(_ id: ID, with event: Event) -> (delivery: Delivery, loop: Loop<State, Event, Effect>?) {
-        let loop = Loop(program: program(id), context: context, entity: id) { [weak self] loop, notice in
-            switch notice {
-            case .stopped: self?.release(loop)
-            case .stopAsked: self?.retire(loop)
-            }
-        }
+        let loop = Loop(program: program(id), context: context, entity: id, group: self)
         let carried = context.carriedContext()
         let insertion = members.withLock { $0.insert(loop, for: id, event: event, context: carried) }
         switch insertion {
@@ -242,6 +239,15 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     func release(_ loop: Loop<State, Event, Effect>) {
         let report = loop.report
         members.withLock { $0.release(loop, report: report) }
+    }
+
+    /// `loop` stopped (it is released, if it was removed) or its program asked it to stop (it retires).
+    @usableFromInline
+    func loop(_ loop: Loop<State, Event, Effect>, tells notice: GroupNotice) {
+        switch notice {
+        case .stopped: release(loop)
+        case .stopAsked: retire(loop)
+        }
     }
 
     /// Whether `run()` is under way.

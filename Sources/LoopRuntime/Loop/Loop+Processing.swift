@@ -190,8 +190,9 @@ extension Loop {
         if context.sink != nil {
             observe(.effectStarted(effect, id: effectID, lifecycle: context.router.lifecycle(of: effect)))
         }
-        if let notifyGroup {
-            notifyGroup(self, .stopAsked)
+        // A grouped loop (one with an entity) is stopped by its group, and not at all once the group is gone.
+        if entity != nil {
+            group?.loop(self, tells: .stopAsked)
         } else {
             stop(gracePeriod: gracePeriod)
         }
@@ -229,7 +230,7 @@ extension Loop {
         for effect in finish.cancelled { observe(.effectCancelled(effect.effect, id: EffectID(rawValue: effect.id))) }
         for effect in finish.abandoned { observe(.effectAbandoned(effect.effect, id: EffectID(rawValue: effect.id))) }
         if context.sink != nil { observe(.stopped(report)) }
-        notifyGroup?(self, .stopped)
+        group?.loop(self, tells: .stopped)
         finish.host?.leave()
     }
 }

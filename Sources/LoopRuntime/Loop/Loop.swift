@@ -39,10 +39,11 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// The id of this loop in its group, for the group's observer; `nil` for a standalone loop.
     @usableFromInline
     let entity: (any Sendable)?
-    /// Tells the group hosting this loop that it stopped, or that its program asked it to stop; `nil`
-    /// for a standalone loop.
+    /// The group hosting this loop, told when it stopped or its program asked it to stop; `nil` for a
+    /// standalone loop, and once the group is gone. Weak, as the group holds its loops; one reference
+    /// where a closure per loop cost an allocation (w3's bytes per loop, `Docs/Performance.md`).
     @usableFromInline
-    let notifyGroup: (@Sendable (Loop, GroupNotice) -> Void)?
+    weak let group: (any LoopHolder<State, Event, Effect>)?
     let identifiers = Atomic<UInt64>(0)
 
     /// Creates a loop for `program`.
@@ -68,7 +69,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
             program: program,
             context: LoopContext(router: router, sources: sources, sink: sink, clock: clock, inbox: inbox),
             entity: nil,
-            notifyGroup: nil
+            group: nil
         )
     }
 
@@ -77,23 +78,16 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         program: Program<State, Event, Effect>,
         context: LoopContext<State, Event, Effect>,
         entity: (any Sendable)?,
-        notifyGroup: (@Sendable (Loop, GroupNotice) -> Void)?
+        group: (any LoopHolder<State, Event, Effect>)?
     ) {
         let first = program.first
         self.engine = Locked(
-            LoopEngine(
-                machine: Machine(state: first.state, update: program.update),
-                router: context.router,
-                policy: context.inbox,
-                // A scope told of each event needs its update's duration too, as an observer does.
-                timed: context.sink != nil || context.scopeSeesEvents,
-                tracksEffects: context.sink != nil
-            )
+            LoopEngine(machine: Machine(state: first.state, update: program.update), settings: context.engineSettings)
         )
         self.firstEffects = first.effects
         self.context = context
         self.entity = entity
-        self.notifyGroup = notifyGroup
+        self.group = group
     }
 
     @inlinable
@@ -301,4 +295,15 @@ enum GroupNotice: Sendable {
     case stopped
     /// The loop's program asked it to stop (``/EffectHandlers/EffectRouter/stopLoop(on:)``).
     case stopAsked
+}
+
+/// A group hosting loops: what a loop tells it.
+@usableFromInline
+protocol LoopHolder<State, Event, Effect>: AnyObject, Sendable {
+    associatedtype State: Sendable
+    associatedtype Event: Sendable
+    associatedtype Effect: Sendable
+
+    /// `loop`, one of the group's, stopped or was asked by its program to stop.
+    func loop(_ loop: Loop<State, Event, Effect>, tells notice: GroupNotice)
 }

@@ -30,7 +30,7 @@ import Testing
             ),
             context: context,
             entity: id,
-            notifyGroup: nil
+            group: nil
         )
     }
 
