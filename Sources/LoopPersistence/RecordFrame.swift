@@ -39,6 +39,16 @@ public enum RecordFrame {
         return frame
     }
 
+    /// Appends the frame holding `payload` to `bytes`: what ``encode(_:)`` returns, without a buffer of
+    /// its own (a store's writer frames each record of a batch straight into the batch).
+    package static func append(framing payload: [UInt8], to bytes: inout [UInt8]) {
+        // No `reserveCapacity` here: reserving the exact size for each frame would defeat the array's
+        // geometric growth and copy the whole batch once per record.
+        append(UInt32(truncatingIfNeeded: payload.count), to: &bytes)
+        append(CRC32.checksum(payload), to: &bytes)
+        bytes += payload
+    }
+
     /// Reads the frame at `offset` of `bytes`.
     public static func read(_ bytes: [UInt8], at offset: Int) -> Read {
         guard offset < bytes.count else { return .end }
