@@ -5,8 +5,7 @@
 /// Two stacks: new elements go on `incoming`; the front is the end of `outgoing`, refilled by swapping in
 /// `incoming` and reversing it in place when it runs out, so under a steady load both buffers are reused.
 /// An element taken leaves its slot at once, so what it holds is not kept until the queue next empties;
-/// a queue that grew in a burst gives its large buffers back once it is empty, and so does one that held a
-/// single element.
+/// a queue that grew in a burst gives its large buffers back once it is empty.
 @usableFromInline
 package struct Queue<Element> {
     @usableFromInline
@@ -58,15 +57,23 @@ package struct Queue<Element> {
         return all
     }
 
-    /// Once the queue is empty: drops a buffer a burst left large, keeps a small one for reuse, but not
-    /// one of a single slot. That is what a lone queued element leaves (a new loop's first event, queued
-    /// while its creator starts it): kept, it would cost each idle loop of a group an allocation for as
-    /// long as it idles (64 bytes of w3's bytes per loop, `Docs/Performance.md`), to save one allocation
-    /// the next time a single event queues.
+    /// Gives back both buffers if the queue is empty. For a queue that may now idle for long: a new loop
+    /// of a group, whose first event was queued while its creator started it, would otherwise keep that
+    /// event's buffer for as long as it idles (64 bytes of w3's bytes per loop, `Docs/Performance.md`).
+    /// Not done whenever a queue empties: a loop whose handler sends one event back while it processes
+    /// (w2s) would then allocate a buffer every round trip.
+    @inlinable
+    package mutating func releaseBuffersIfEmpty() {
+        guard isEmpty else { return }
+        incoming = []
+        outgoing = []
+    }
+
+    /// Once the queue is empty: drops a buffer a burst left large, keeps a small one for reuse.
     @inlinable
     mutating func giveBackLargeBuffers() {
-        if outgoing.capacity > Self.keptCapacity || outgoing.capacity == 1 { outgoing = [] }
-        if incoming.capacity > Self.keptCapacity || incoming.capacity == 1 { incoming = [] }
+        if outgoing.capacity > Self.keptCapacity { outgoing = [] }
+        if incoming.capacity > Self.keptCapacity { incoming = [] }
     }
 
     /// The largest buffer an empty queue keeps: small ones are reused, larger ones are given back.

@@ -142,7 +142,11 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
             if case .rejected(let rejection) = delivery {
                 context.observeGroup(.eventRejected(event, reason: rejection), entity: id)
             }
-            if let first { loop.start(with: first) }
+            if let first {
+                loop.start(with: first)
+                // The first event was queued while the loop started: the buffer it took is not kept.
+                loop.engine.withLock { $0.inbox.releaseBuffersIfEmpty() }
+            }
             return (delivery, loop)
         }
     }

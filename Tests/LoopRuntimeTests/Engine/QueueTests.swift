@@ -38,19 +38,21 @@ import Testing
         #expect(queue.outgoing.capacity <= Queue<Int>.keptCapacity)
 
         queue.append(1)
-        queue.append(2)
         #expect(queue.popFirst() == 1)
-        #expect(queue.popFirst() == 2)
         let kept = queue.incoming.capacity + queue.outgoing.capacity
         #expect(kept > 0)
     }
 
-    @Test func aQueueThatHeldOneElementKeepsNoBuffer() {
+    @Test func aQueueReleasedWhenEmptyKeepsNoBufferAndANonEmptyOneKeepsItsElements() {
         // A new loop's first event is queued while its creator starts it: the loop then idles, maybe for
         // hours, and must not keep that event's buffer.
         var queue = Queue<Int>()
         queue.append(7)
+        queue.releaseBuffersIfEmpty()
+        #expect(queue.elements == [7])
         #expect(queue.popFirst() == 7)
+        #expect(queue.incoming.capacity + queue.outgoing.capacity > 0)
+        queue.releaseBuffersIfEmpty()
         #expect(queue.incoming.capacity == 0 && queue.outgoing.capacity == 0)
     }
 
