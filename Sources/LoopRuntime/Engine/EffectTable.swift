@@ -128,7 +128,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         _ perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void,
         start: (@Sendable (Effect, Send<Event>, @escaping EffectRouter<Effect, Event>.Completion) -> Void)? = nil,
         holds: Bool = true,
-        report: inout LoopReport
+        report: inout LoopCounts
     ) -> Admission<Effect, Event> {
         var cancelling: [CancelHandle] = []
         var cancelled: [IdentifiedEffect<Effect>] = []
@@ -170,7 +170,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         _ perform: @escaping @Sendable (Effect, Send<Event>) async throws -> Void,
         key: EffectKey,
         holds: Bool = true,
-        report: inout LoopReport
+        report: inout LoopCounts
     ) -> Admission<Effect, Event> {
         guard var window = windows[key] else {
             let admitted = Admitted(id: id, effect: effect, lifecycle: lifecycle, perform: perform)
@@ -192,7 +192,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     /// The throttle interval of `key` ended: the effect that waited for it, now let in, and the interval
     /// it opens; `nil` when none waited (the key is free again).
     @inlinable
-    mutating func intervalEnded(_ key: EffectKey, report: inout LoopReport) -> (Admitted<Effect, Event>, Duration)? {
+    mutating func intervalEnded(_ key: EffectKey, report: inout LoopCounts) -> (Admitted<Effect, Event>, Duration)? {
         guard let window = windows[key] else { return nil }
         guard let pending = window.pending else {
             windows[key] = nil
@@ -217,7 +217,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     /// Returns the handles that stop the waits under way, and the waiting throttled effects, which are
     /// counted cancelled here (the delayed ones are counted as their tasks end).
     @inlinable
-    mutating func cancelWaiting(report: inout LoopReport) -> ([CancelHandle], [IdentifiedEffect<Effect>]) {
+    mutating func cancelWaiting(report: inout LoopCounts) -> ([CancelHandle], [IdentifiedEffect<Effect>]) {
         var handles: [CancelHandle] = []
         for (id, entry) in running where entry.delayed && !entry.begun && !entry.cancelAsked {
             running[id]?.cancelAsked = true
@@ -235,7 +235,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     /// Records `admitted` as running. An uncontrolled effect counts as started here; a controlled one
     /// when its task begins (``begin(_:cancel:report:)``), since it can be cancelled before that.
     @inlinable
-    mutating func enroll(_ admitted: Admitted<Effect, Event>, report: inout LoopReport) {
+    mutating func enroll(_ admitted: Admitted<Effect, Event>, report: inout LoopCounts) {
         let controlled = admitted.isControlled
         if !controlled { report.effectsStarted += 1 }
         guard controlled || tracksAll else {
@@ -257,7 +257,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     /// Asks every effect with `key` to stop: the cancel handles of those running, and the queued ones,
     /// which never start.
     @inlinable
-    mutating func cancel(_ key: EffectKey, report: inout LoopReport) -> ([CancelHandle], [IdentifiedEffect<Effect>]) {
+    mutating func cancel(_ key: EffectKey, report: inout LoopCounts) -> ([CancelHandle], [IdentifiedEffect<Effect>]) {
         var handles: [CancelHandle] = []
         for id in (cancellableByKey.removeValue(forKey: key) ?? []).sorted() {
             guard var entry = running[id], !entry.cancelAsked else { continue }
@@ -279,7 +279,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     /// A controlled effect's task begins: records its cancel handle. `false` when it must not run (it was
     /// cancelled before it began, or the loop stopped); then the caller ends it as cancelled.
     @inlinable
-    mutating func begin(_ id: UInt64, cancel: CancelHandle, report: inout LoopReport) -> Bool {
+    mutating func begin(_ id: UInt64, cancel: CancelHandle, report: inout LoopCounts) -> Bool {
         guard var entry = running[id], !entry.cancelAsked else { return false }
         entry.begun = true
         entry.cancel = cancel
@@ -291,7 +291,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     /// Records how `id` ended; `nil` when it had already been resolved (timed out, or abandoned at the
     /// stop), in which case its result is ignored.
     @inlinable
-    mutating func end(_ admitted: Admitted<Effect, Event>, _ result: EffectOutcome, report: inout LoopReport) -> Ended?
+    mutating func end(_ admitted: Admitted<Effect, Event>, _ result: EffectOutcome, report: inout LoopCounts) -> Ended?
     {
         if !admitted.isControlled && !tracksAll {
             uncounted -= 1
@@ -315,7 +315,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
 
     /// Counts how a begun effect ended.
     @inlinable
-    static func count(_ outcome: EffectOutcome, report: inout LoopReport) {
+    static func count(_ outcome: EffectOutcome, report: inout LoopCounts) {
         switch outcome {
         case .completed: report.effectsCompleted += 1
         case .failed: report.effectsFailed += 1
@@ -335,7 +335,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
         _ id: UInt64,
         after timeout: Duration,
         handlerRunning: Bool,
-        report: inout LoopReport
+        report: inout LoopCounts
     ) -> (Ended, CancelHandle?)? {
         guard let entry = running[id], entry.begun else { return nil }
         running[id] = nil
@@ -353,7 +353,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
 
     /// Frees `id`'s key; the next effect queued behind it, now running, if any.
     @inlinable
-    mutating func release(_ id: UInt64, key: EffectKey?, report: inout LoopReport) -> Admitted<Effect, Event>? {
+    mutating func release(_ id: UInt64, key: EffectKey?, report: inout LoopCounts) -> Admitted<Effect, Event>? {
         guard let key else { return nil }
         let active = (activeByKey[key] ?? 1) - 1
         activeByKey[key] = active > 0 ? active : nil
@@ -371,7 +371,7 @@ struct EffectTable<Effect: Sendable, Event: Sendable> {
     /// Effects kept as a count only are counted abandoned, not listed.
     @inlinable
     mutating func abandonAll(
-        report: inout LoopReport
+        report: inout LoopCounts
     ) -> (abandoned: [IdentifiedEffect<Effect>], cancelling: [CancelHandle], cancelled: [IdentifiedEffect<Effect>]) {
         var abandoned: [IdentifiedEffect<Effect>] = []
         var cancelling: [CancelHandle] = []

@@ -130,10 +130,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     @usableFromInline
-    typealias WaitingSender = (
-        id: UInt64, event: Event, origin: EventOrigin, context: CarriedContext?,
-        continuation: CheckedContinuation<Delivery, Never>
-    )
+    typealias WaitingSender = EngineWaiting<State, Event, Effect>.Sender
 
     @usableFromInline
     var machine: Machine<State, Event, Effect>
@@ -146,31 +143,67 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @usableFromInline
     var inbox = Queue<Envelope<Event>>()
     @usableFromInline
-    var report = LoopReport()
+    var counts = LoopCounts()
     @usableFromInline
     var effects: EffectTable<Effect, Event>
+    /// The lists below, in one object allocated on first use.
     @usableFromInline
-    var subscribers = StateSubscribers<State>()
-    @usableFromInline
-    var waitingSenders: [WaitingSender] = []
-    @usableFromInline
-    var startWaiters: [(id: UInt64, waiter: CheckedContinuation<Bool, Never>, untilStop: Bool)] = []
+    var waiting = EngineWaiting<State, Event, Effect>()
+
+    /// Tasks following the loop's states (``Loop/states``).
+    @inlinable
+    var subscribers: StateSubscribers<State> {
+        get { waiting.lists?.subscribers ?? StateSubscribers() }
+        _modify { yield &waiting.unique().subscribers }
+    }
+
+    /// Senders waiting for room in a full inbox.
+    @inlinable
+    var waitingSenders: [WaitingSender] {
+        get { waiting.lists?.senders ?? [] }
+        set { if !(newValue.isEmpty && waiting.lists == nil) { waiting.unique().senders = newValue } }
+        _modify { yield &waiting.unique().senders }
+    }
+
+    /// Tasks waiting for the loop to start (or, `untilStop`, to stop).
+    @inlinable
+    var startWaiters: [EngineWaiting<State, Event, Effect>.StartWaiter] {
+        get { waiting.lists?.startWaiters ?? [] }
+        set { if !(newValue.isEmpty && waiting.lists == nil) { waiting.unique().startWaiters = newValue } }
+        _modify { yield &waiting.unique().startWaiters }
+    }
+
     /// Tasks waiting for the drain to end (test harnesses).
-    @usableFromInline
-    var idleWaiters: [CheckedContinuation<Void, Never>] = []
+    @inlinable
+    var idleWaiters: [CheckedContinuation<Void, Never>] {
+        get { waiting.lists?.idleWaiters ?? [] }
+        set { if !(newValue.isEmpty && waiting.lists == nil) { waiting.unique().idleWaiters = newValue } }
+        _modify { yield &waiting.unique().idleWaiters }
+    }
+
     /// Events the router made of failed or timed-out effects, not delivered yet.
-    @usableFromInline
-    var pendingMapped = 0
+    @inlinable
+    var pendingMapped: Int {
+        get { waiting.lists?.pendingMapped ?? 0 }
+        set { if newValue != pendingMapped { waiting.unique().pendingMapped = newValue } }
+    }
+
     /// Requests sent to this loop, failed when it stops if they have no reply by then. Those resolved are
     /// swept out when the array is full, so it stays within twice the number waiting.
-    @usableFromInline
-    var requests: [any PendingRequest] = []
+    @inlinable
+    var requests: [any PendingRequest] {
+        get { waiting.lists?.requests ?? [] }
+        set { if !(newValue.isEmpty && waiting.lists == nil) { waiting.unique().requests = newValue } }
+        _modify { yield &waiting.unique().requests }
+    }
 
     @inlinable
-    init(machine: Machine<State, Event, Effect>, settings: EngineSettings<Effect, Event>) {
+    init(machine: Machine<State, Event, Effect>, settings: EngineSettings<Effect, Event>, first effects: [Effect] = [])
+    {
         self.machine = machine
         self.settings = settings
         self.effects = EffectTable(tracksAll: settings.tracksEffects)
+        if !effects.isEmpty { waiting.unique().firstEffects = effects }
     }
 
     /// An engine with settings of its own, for tests.
@@ -269,10 +302,14 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     var throttleIntervals: Int { effects.windows.count }
 
+    /// What the loop has done so far.
+    @inlinable
+    var report: LoopReport { counts.report }
+
     /// What the loop has done so far, with the senders waiting for room now.
     @inlinable
     var currentReport: LoopReport {
-        var report = self.report
+        var report = counts.report
         report.sendersWaiting = waitingSenders.count
         return report
     }
@@ -356,12 +393,21 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// Claims the loop for running on `host`, decides the program's start-up `effects`, and hands the
     /// caller the drain baton, so no event is processed before they start.
     @inlinable
+    mutating func claim(_ host: Host?) -> Claim {
+        var first: [Effect] = []
+        let waits = waiting.lists.map { !$0.firstEffects.isEmpty } ?? false
+        if waits, case .created = phase { swap(&first, &waiting.unique().firstEffects) }
+        return claim(host, first: first)
+    }
+
+    /// Claims the loop as ``claim(_:)`` does, with `effects` as the start-up effects.
+    @inlinable
     mutating func claim(_ host: Host?, first effects: [Effect]) -> Claim {
         switch phase {
         case .created:
             phase = .running(host, draining: true)
             let waiters = startWaiters.filter { !$0.untilStop }.map { $0.waiter }
-            startWaiters.removeAll { !$0.untilStop }
+            if !waiters.isEmpty { startWaiters.removeAll { !$0.untilStop } }
             let dispatch =
                 effects.isEmpty ? Dispatch() : decide(effects, firstID: self.effects.reserveIDs(effects.count))
             return .started(dispatch, startWaiters: waiters)
@@ -402,7 +448,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         from origin: EventOrigin,
         context: CarriedContext? = nil
     ) -> Reception {
-        report.eventsSent += 1
+        counts.eventsSent += 1
         let busy: Bool
         switch phase {
         case .created:
@@ -411,24 +457,24 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             busy = draining
         case .stopping(_, let draining):
             guard origin == .effect else {
-                report.eventsRejected += 1
+                counts.eventsRejected += 1
                 return .rejected(.stopping)
             }
             busy = draining
         case .stopped:
-            report.eventsRejected += 1
+            counts.eventsRejected += 1
             return .rejected(.stopped)
         }
         if let capacity = policy.capacity, inbox.count >= capacity {
             switch policy.overflow {
             case .rejectNewest, .suspendSender:
-                report.eventsRejected += 1
+                counts.eventsRejected += 1
                 return .rejected(.inboxFull)
             case .dropOldest:
                 let oldest = inbox.popFirst()
                 inbox.append(Envelope(event, from: origin, context: context))
                 guard let oldest else { return .queued }
-                report.eventsDropped += 1
+                counts.eventsDropped += 1
                 return .droppedOldest(oldest.event)
             }
         }
@@ -451,8 +497,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         context: CarriedContext? = nil
     ) -> Reception {
         guard effects.isLive(id) else {
-            report.eventsSent += 1
-            report.eventsRejected += 1
+            counts.eventsSent += 1
+            counts.eventsRejected += 1
             return .rejected(isStopped ? .stopped : .effectEnded)
         }
         return receive(event, from: .effect, context: context)
@@ -485,7 +531,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             var step = process(envelope)
             if !waitingSenders.isEmpty, case .running = phase {
                 let waiting = waitingSenders.removeFirst()
-                report.eventsSent += 1
+                counts.eventsSent += 1
                 inbox.append(Envelope(waiting.event, from: waiting.origin, context: waiting.context))
                 let wakeups = step.wakeups ?? Wakeups()
                 wakeups.admittedSender = waiting.continuation
@@ -505,9 +551,9 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     mutating func count(_ tally: SyncTally) {
         guard !tally.isEmpty else { return }
-        report.effectsStarted += tally.completed + tally.failed
-        report.effectsCompleted += tally.completed
-        report.effectsFailed += tally.failed
+        counts.effectsStarted += tally.completed + tally.failed
+        counts.effectsCompleted += tally.completed
+        counts.effectsFailed += tally.failed
     }
 
     /// Applies one event and decides its effects.
@@ -524,7 +570,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         } else {
             produced = machine.process(envelope.event)
         }
-        report.eventsProcessed += 1
+        counts.eventsProcessed += 1
         var dispatch = Dispatch<Effect, Event>()
         if !produced.isEmpty {
             let first = effects.reserveIDs(produced.count)
@@ -541,13 +587,18 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             inboxDepth: inbox.count,
             context: envelope.context
         )
-        if subscribers.parked == 0 {
-            subscribers.version &+= 1
-        } else {
-            let wakeups = Wakeups<State>()
-            wakeups.subscribers = subscribers.changed()
-            wakeups.state = machine.state
-            step.wakeups = wakeups
+        // Nobody follows the states of most loops: then there is no version to move (a subscriber who comes
+        // later sees the state it finds as new, whatever the version).
+        let followed = waiting.lists.map { !$0.subscribers.consumers.isEmpty } ?? false
+        if followed {
+            if subscribers.parked == 0 {
+                subscribers.version &+= 1
+            } else {
+                let wakeups = Wakeups<State>()
+                wakeups.subscribers = subscribers.changed()
+                wakeups.state = machine.state
+                step.wakeups = wakeups
+            }
         }
         return step
     }
@@ -569,7 +620,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             if case .sync? = performer { continue }
             let lifecycle = router.lifecycle(of: effect)
             if lifecycle.policy == .cancel, let key = lifecycle.key {
-                let (cancelling, cancelled) = self.effects.cancel(key, report: &report)
+                let (cancelling, cancelled) = self.effects.cancel(key, report: &counts)
                 decisions.append(Decision(index, .cancel(cancelling: cancelling, cancelled: cancelled)))
                 continue
             }
@@ -617,7 +668,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
                         perform,
                         start: start,
                         holds: holding,
-                        report: &report
+                        report: &counts
                     )
                 )
             )
@@ -661,8 +712,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     mutating func removeWaitingSender(_ id: UInt64) -> CheckedContinuation<Delivery, Never>? {
         guard let index = waitingSenders.firstIndex(where: { $0.id == id }) else { return nil }
-        report.eventsSent += 1
-        report.eventsRejected += 1
+        counts.eventsSent += 1
+        counts.eventsRejected += 1
         return waitingSenders.remove(at: index).continuation
     }
 
@@ -671,8 +722,8 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     mutating func takeWaitingSenders() -> [TurnedAway<Event>] {
         let waiting = waitingSenders
         waitingSenders = []
-        report.eventsSent += waiting.count
-        report.eventsRejected += waiting.count
+        counts.eventsSent += waiting.count
+        counts.eventsRejected += waiting.count
         return waiting.map { TurnedAway(event: $0.event, sender: $0.continuation) }
     }
 
@@ -705,7 +756,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         case .running(let host, let draining):
             phase = .stopping(host, draining: draining)
             let senders = takeWaitingSenders()
-            let (cancelling, cancelled) = effects.cancelWaiting(report: &report)
+            let (cancelling, cancelled) = effects.cancelWaiting(report: &counts)
             let finish = finishIfDrained()
             var stopping = host
             if finish == nil, host == nil, let made = makeHost() {
@@ -760,12 +811,12 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     mutating func finish(_ ending: LoopReport.Ending) -> Finish<State, Event, Effect> {
         var finish = Finish<State, Event, Effect>(ending: ending, host: host)
         phase = .stopped(ending)
-        report.ending = ending
+        counts.ending = ending
         finish.dropped = inbox.removeAll().map { $0.event }
-        report.eventsDropped += finish.dropped.count
-        (finish.abandoned, finish.cancelling, finish.cancelled) = effects.abandonAll(report: &report)
+        counts.eventsDropped += finish.dropped.count
+        (finish.abandoned, finish.cancelling, finish.cancelled) = effects.abandonAll(report: &counts)
         finish.senders = takeWaitingSenders()
-        finish.subscribers = subscribers.end()
+        finish.subscribers = waiting.lists == nil ? [] : subscribers.end()
         finish.idleWaiters = takeIdleWaiters()
         finish.startWaiters = startWaiters.map { $0.waiter }
         startWaiters = []
@@ -781,7 +832,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// cancelled before it began, or the loop stopped).
     @inlinable
     mutating func begin(_ id: UInt64, cancel: CancelHandle) -> Bool {
-        effects.begin(id, cancel: cancel, report: &report)
+        effects.begin(id, cancel: cancel, report: &counts)
     }
 
     /// A delayed effect's task starts waiting for its delay; `cancel` ends the wait. `false` when it must
@@ -797,7 +848,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// interval); `nil` if none waited or the loop has stopped.
     @inlinable
     mutating func intervalEnded(_ key: EffectKey) -> Dispatch<Effect, Event>? {
-        guard !isStopped, let (admitted, interval) = effects.intervalEnded(key, report: &report) else { return nil }
+        guard !isStopped, let (admitted, interval) = effects.intervalEnded(key, report: &counts) else { return nil }
         return Dispatch(
             effects: [admitted.effect],
             firstID: admitted.id,
@@ -810,7 +861,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     /// timed out, or the loop stopped without waiting for it).
     @inlinable
     mutating func end(_ admitted: Admitted<Effect, Event>, _ result: EffectOutcome) -> EffectEnd? {
-        guard !isStopped, let ended = effects.end(admitted, result, report: &report) else { return nil }
+        guard !isStopped, let ended = effects.end(admitted, result, report: &counts) else { return nil }
         return action(after: ended)
     }
 
@@ -824,7 +875,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         handlerRunning: Bool
     ) -> (EffectEnd, CancelHandle?)? {
         guard !isStopped else { return nil }
-        let timing = effects.timeOut(id, after: timeout, handlerRunning: handlerRunning, report: &report)
+        let timing = effects.timeOut(id, after: timeout, handlerRunning: handlerRunning, report: &counts)
         guard let (ended, cancel) = timing else { return nil }
         return (action(after: ended), cancel)
     }

@@ -60,7 +60,7 @@ extension Loop {
     /// without starting). Returns early, with the report so far (its `ending` is `nil`), if the waiting
     /// task is cancelled; the loop goes on. The waiting task holds the loop until then.
     public func waitUntilStopped() async -> LoopReport {
-        let id = identifiers.add(1, ordering: .relaxed).newValue
+        let id = waiterIDs.add(1, ordering: .relaxed).newValue
         await withTaskCancellationHandler {
             _ = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let parked = engine.withLock { engine in
@@ -125,7 +125,7 @@ extension Loop {
         // Joined before the claim: a stop that follows the claim at once must find the host with this
         // loop as a member, or the host would close before the loop started its effects.
         host?.join()
-        let claim = engine.withLock { $0.claim(host, first: firstEffects) }
+        let claim = engine.withLock { $0.claim(host) }
         switch claim {
         case .started(let first, let waiters):
             for waiter in waiters { waiter.resume(returning: true) }

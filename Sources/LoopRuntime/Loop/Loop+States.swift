@@ -3,7 +3,7 @@ internal import Synchronization
 
 extension Loop: StateFeed {
     func subscribe() -> UInt64 {
-        let id = identifiers.add(1, ordering: .relaxed).newValue
+        let id = waiterIDs.add(1, ordering: .relaxed).newValue
         engine.withLock { $0.subscribe(id) }
         return id
     }

@@ -33,8 +33,6 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     @usableFromInline
     let engine: Locked<LoopEngine<State, Event, Effect>>
     @usableFromInline
-    let firstEffects: [Effect]
-    @usableFromInline
     let context: LoopContext<State, Event, Effect>
     /// The id of this loop in its group, for the group's observer; `nil` for a standalone loop.
     @usableFromInline
@@ -44,7 +42,6 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// where a closure per loop cost an allocation (w3's bytes per loop, `Docs/Performance.md`).
     @usableFromInline
     weak let group: (any LoopHolder<State, Event, Effect>)?
-    let identifiers = Atomic<UInt64>(0)
 
     /// Creates a loop for `program`.
     ///
@@ -82,9 +79,12 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     ) {
         let first = program.first
         self.engine = Locked(
-            LoopEngine(machine: Machine(state: first.state, update: program.update), settings: context.engineSettings)
+            LoopEngine(
+                machine: Machine(state: first.state, update: program.update),
+                settings: context.engineSettings,
+                first: first.effects
+            )
         )
-        self.firstEffects = first.effects
         self.context = context
         self.entity = entity
         self.group = group
@@ -122,7 +122,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// Takes `event` from `origin`, waiting for room as ``sendWaitingForRoom(_:)`` does.
     @usableFromInline
     func receiveWaitingForRoom(_ event: Event, from origin: EventOrigin) async -> Delivery {
-        let id = identifiers.add(1, ordering: .relaxed).newValue
+        let id = waiterIDs.add(1, ordering: .relaxed).newValue
         let carried = context.carriedContext()
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Delivery, Never>) in
@@ -198,7 +198,7 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// Returns once `run()` has started the loop: `true` once it runs (at once if it is running or has
     /// run), `false` if the loop was stopped before it ever ran or the waiting task was cancelled.
     public func waitUntilRunning() async -> Bool {
-        let id = identifiers.add(1, ordering: .relaxed).newValue
+        let id = waiterIDs.add(1, ordering: .relaxed).newValue
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let known = engine.withLock { engine -> Bool? in
@@ -287,6 +287,11 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         LoopStates(feed: self)
     }
 }
+
+/// The ids of those waiting on any loop (senders waiting for room, tasks waiting for a start or a stop,
+/// followers of the states): one counter for the process, as an id only has to differ from the others
+/// waiting on the same loop. A counter in each loop was 8 of its bytes (w3, `Docs/Performance.md`).
+let waiterIDs = Atomic<UInt64>(0)
 
 /// What a loop tells the group that hosts it.
 @usableFromInline
