@@ -616,7 +616,12 @@ extension DurableProgram {
                         acknowledgements.append(Acknowledgement(ticket: ticket, version: pending.version))
                     }
                 }
-                durable.pending.removeFirst(released.count)
+                // All released (the usual case): the buffer goes too, or each quiet entity kept one (w9).
+                if released.count == durable.pending.count {
+                    durable.pending = []
+                } else {
+                    durable.pending.removeFirst(released.count)
+                }
                 if !durable.repeats.isEmpty {
                     acknowledgements += durable.repeats.filter { $0.version <= version }
                     durable.repeats.removeAll { $0.version <= version }

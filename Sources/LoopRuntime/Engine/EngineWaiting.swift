@@ -57,6 +57,17 @@ struct EngineWaiting<State: Sendable, Event: Sendable, Effect: Sendable> {
     @inlinable
     init() {}
 
+    /// Drops the lists if they hold nothing: once a loop has taken its start-up effects, say, the usual
+    /// case of a durable entity, whose program starts by reading its stream.
+    @inlinable
+    mutating func releaseIfEmpty() {
+        guard let lists, lists.senders.isEmpty, lists.startWaiters.isEmpty, lists.idleWaiters.isEmpty,
+            lists.pendingMapped == 0, lists.requests.isEmpty, lists.subscribers.consumers.isEmpty,
+            lists.firstEffects.isEmpty
+        else { return }
+        self.lists = nil
+    }
+
     /// The lists, allocated (or copied from those another value still shares) first if needed.
     @inlinable
     mutating func unique() -> Lists {

@@ -396,7 +396,10 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     mutating func claim(_ host: Host?) -> Claim {
         var first: [Effect] = []
         let waits = waiting.lists.map { !$0.firstEffects.isEmpty } ?? false
-        if waits, case .created = phase { swap(&first, &waiting.unique().firstEffects) }
+        if waits, case .created = phase {
+            swap(&first, &waiting.unique().firstEffects)
+            waiting.releaseIfEmpty()
+        }
         return claim(host, first: first)
     }
 

@@ -54,6 +54,18 @@ import Testing
         #expect(copy.lists?.pendingMapped == 1 && waiting.lists?.pendingMapped == 2)
     }
 
+    @Test func startUpEffectsAreKeptOnlyUntilTheLoopStarts() {
+        var engine = LoopEngineTests().engine()
+        engine = LoopEngineTests.Engine(machine: engine.machine, settings: engine.settings, first: [.async("boot")])
+        #expect(engine.waiting.lists?.firstEffects == [.async("boot")])
+        guard case .started(let dispatch, _) = engine.claim(LoopEngineTests().host) else {
+            Issue.record("not started")
+            return
+        }
+        #expect(dispatch.effects == [.async("boot")])
+        #expect(engine.waiting.lists == nil)
+    }
+
     @Test func aLoopNobodyWaitsOnKeepsNoWaitingLists() {
         var engine = LoopEngineTests().running()
         for value in 1...10 {
