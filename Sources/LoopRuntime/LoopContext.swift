@@ -53,32 +53,6 @@ final class ActivitySink<State: Sendable, Event: Sendable, Effect: Sendable>: Se
 /// What every loop of one kind shares: how effects are performed, the sources, the observer and the
 /// clock. One instance serves a standalone loop, or every loop of a ``LoopGroup``, so a per-entity
 /// loop carries a single reference to it.
-/// The part of a loop's set-up its engine reads while it decides: the same for every loop of a group, so
-/// each engine holds one reference to it.
-@usableFromInline
-final class EngineSettings<Effect: Sendable, Event: Sendable>: Sendable {
-    /// How effects are performed.
-    @usableFromInline
-    let router: EffectRouter<Effect, Event>
-    /// The inbox's capacity and what happens beyond it.
-    @usableFromInline
-    let policy: InboxPolicy
-    /// Whether to time each update (an observer, or a scope told of each event, needs the duration).
-    @usableFromInline
-    let timed: Bool
-    /// Whether the effect table keeps every effect (an observer reports each one's end).
-    @usableFromInline
-    let tracksEffects: Bool
-
-    @usableFromInline
-    init(router: EffectRouter<Effect, Event>, policy: InboxPolicy, timed: Bool, tracksEffects: Bool) {
-        self.router = router
-        self.policy = policy
-        self.timed = timed
-        self.tracksEffects = tracksEffects
-    }
-}
-
 @usableFromInline
 final class LoopContext<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
     @usableFromInline
@@ -95,9 +69,12 @@ final class LoopContext<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// of the scope).
     @usableFromInline
     let scopeSeesEvents: Bool
-    /// What each loop's engine shares.
+    /// Whether to time each update (an observer, or a scope told of each event, needs the duration).
     @usableFromInline
-    let engineSettings: EngineSettings<Effect, Event>
+    let timed: Bool
+    /// Whether the effect table keeps every effect (an observer reports each one's end).
+    @usableFromInline
+    let tracksEffects: Bool
 
     /// What the router's scope captures for an event sent now (`nil` without a scope). Called outside
     /// every lock: `capture` is the app's code.
@@ -121,13 +98,22 @@ final class LoopContext<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         self.inbox = inbox
         let scopeSeesEvents = router.scope?.seesEvents == true
         self.scopeSeesEvents = scopeSeesEvents
-        self.engineSettings = EngineSettings(
-            router: router,
-            policy: inbox,
-            // A scope told of each event needs its update's duration too, as an observer does.
-            timed: sink != nil || scopeSeesEvents,
-            tracksEffects: sink != nil
-        )
+        // A scope told of each event needs its update's duration too, as an observer does.
+        self.timed = sink != nil || scopeSeesEvents
+        self.tracksEffects = sink != nil
+    }
+
+    /// A context with no sources and no observer whose engine times updates and tracks effects as told,
+    /// for an engine's tests.
+    init(router: EffectRouter<Effect, Event>, policy: InboxPolicy, timed: Bool, tracksEffects: Bool) {
+        self.router = router
+        self.sources = []
+        self.sink = nil
+        self.clock = ContinuousClock()
+        self.inbox = policy
+        self.scopeSeesEvents = router.scope?.seesEvents == true
+        self.timed = timed
+        self.tracksEffects = tracksEffects
     }
 
     /// Reports `activity` of the loop for `entity` (`nil` for a standalone loop); `state` reads that

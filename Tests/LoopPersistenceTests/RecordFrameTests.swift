@@ -69,4 +69,11 @@ import Testing
         }
         #expect(offset == 0)
     }
+
+    @Test func framingIntoABufferGivesTheFramesBytes() {
+        var bytes: [UInt8] = [9, 9]
+        RecordFrame.append(framing: [1, 2, 3], to: &bytes)
+        RecordFrame.append(framing: [], to: &bytes)
+        #expect(bytes == [9, 9] + RecordFrame.encode([1, 2, 3]) + RecordFrame.encode([]))
+    }
 }

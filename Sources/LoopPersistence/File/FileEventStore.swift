@@ -782,7 +782,7 @@ public final class FileEventStore: AppendingWithCompletion {
         // where the writer reads them to complete the copy. Each keeps the stream's version, so the order
         // changes nothing for the appends.
         // Read by index from a copy of the array (one reference): iterating `batch.queued` copied every
-        // operation, payloads and waiter, and the copies were 3% of w7 (`Docs/Performance.md`).
+        // operation, payloads and waiter, and the copies were 4.6% of w7 (`Docs/Performance.md`).
         let queued = batch.queued
         batch.results = Array(repeating: .success(0), count: queued.count)
         for index in queued.indices {

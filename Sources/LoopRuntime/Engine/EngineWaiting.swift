@@ -6,7 +6,8 @@ public import LoopCore
 /// of failed effects and not delivered yet, and the program's start-up effects until the loop starts.
 ///
 /// Most loops never have any, so the lists live in one object allocated the first time one is used:
-/// inline they were 72 bytes of each loop's engine (w3's bytes per loop, `Docs/Performance.md`). A
+/// inline they were 64 bytes of each loop's engine and 8 of the loop (w3's bytes per loop,
+/// `Docs/Performance.md`). A
 /// value: a copy's lists are copied when either side changes them; emptying a list that is not there
 /// allocates nothing.
 @usableFromInline

@@ -134,10 +134,11 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     @usableFromInline
     var machine: Machine<State, Event, Effect>
-    /// What every loop of a group shares: the router, the inbox policy, whether updates are timed. One
-    /// reference instead of their 150 bytes in each loop (w3's bytes per loop, `Docs/Performance.md`).
+    /// The loop's context, which every loop of a group shares: the engine reads its router, inbox
+    /// policy and flags there, one reference where a copy of them was 136 bytes of each loop (w3's bytes
+    /// per loop, `Docs/Performance.md`).
     @usableFromInline
-    let settings: EngineSettings<Effect, Event>
+    let settings: LoopContext<State, Event, Effect>
     @usableFromInline
     var phase = Phase.created
     @usableFromInline
@@ -198,15 +199,18 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     @inlinable
-    init(machine: Machine<State, Event, Effect>, settings: EngineSettings<Effect, Event>, first effects: [Effect] = [])
-    {
+    init(
+        machine: Machine<State, Event, Effect>,
+        settings: LoopContext<State, Event, Effect>,
+        first effects: [Effect] = []
+    ) {
         self.machine = machine
         self.settings = settings
         self.effects = EffectTable(tracksAll: settings.tracksEffects)
         if !effects.isEmpty { waiting.unique().firstEffects = effects }
     }
 
-    /// An engine with settings of its own, for tests.
+    /// An engine with a context of its own, for tests.
     init(
         machine: Machine<State, Event, Effect>,
         router: EffectRouter<Effect, Event>,
@@ -216,7 +220,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     ) {
         self.init(
             machine: machine,
-            settings: EngineSettings(
+            settings: LoopContext(
                 router: router,
                 policy: policy,
                 timed: timed,
@@ -234,9 +238,9 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
 
     /// The inbox's capacity and what happens beyond it.
     @inlinable
-    var policy: InboxPolicy { settings.policy }
+    var policy: InboxPolicy { settings.inbox }
 
-    /// Whether to time each update (only an observer needs the duration).
+    /// Whether to time each update (an observer, or a scope told of each event, needs the duration).
     @inlinable
     var timed: Bool { settings.timed }
 
@@ -365,7 +369,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
     }
 
     /// Registers a task waiting for the loop to stop; `false` if it has stopped already. Kept with the
-    /// start waiters (`untilStop`): a list fewer keeps every loop 16 bytes smaller.
+    /// start waiters (`untilStop`): a list fewer in ``EngineWaiting``.
     @inlinable
     mutating func waitForStop(_ id: UInt64, _ waiter: CheckedContinuation<Bool, Never>) -> Bool {
         if case .stopped = phase { return false }
@@ -388,19 +392,27 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         }
     }
 
+    /// Gives back the inbox's buffers if it is empty: for a loop that has just started, whose first
+    /// events were queued while it was created and which may now idle for long.
+    @inlinable
+    mutating func releaseInboxIfEmpty() {
+        inbox.releaseBuffersIfEmpty()
+    }
+
     // MARK: Claim
 
-    /// Claims the loop for running on `host`, decides the program's start-up `effects`, and hands the
-    /// caller the drain baton, so no event is processed before they start.
+    /// Claims the loop for running on `host`, decides the program's start-up effects (those the engine
+    /// was created with), and hands the caller the drain baton, so no event is processed before they
+    /// start.
     @inlinable
     mutating func claim(_ host: Host?) -> Claim {
         var first: [Effect] = []
         let waits = waiting.lists.map { !$0.firstEffects.isEmpty } ?? false
-        if waits, case .created = phase {
-            swap(&first, &waiting.unique().firstEffects)
-            waiting.releaseIfEmpty()
-        }
-        return claim(host, first: first)
+        if waits, case .created = phase { swap(&first, &waiting.unique().firstEffects) }
+        let claim = claim(host, first: first)
+        // Once the start-up effects and the start waiters are taken, the lists may hold nothing.
+        waiting.releaseIfEmpty()
+        return claim
     }
 
     /// Claims the loop as ``claim(_:)`` does, with `effects` as the start-up effects.

@@ -142,11 +142,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
             if case .rejected(let rejection) = delivery {
                 context.observeGroup(.eventRejected(event, reason: rejection), entity: id)
             }
-            if let first {
-                loop.start(with: first)
-                // The first event was queued while the loop started: the buffer it took is not kept.
-                loop.engine.withLock { $0.inbox.releaseBuffersIfEmpty() }
-            }
+            if let first { loop.start(with: first) }
             return (delivery, loop)
         }
     }

@@ -142,6 +142,9 @@ extension Loop {
         var tally = SyncTally()
         if !first.isEmpty { dispatch(first, send: effectSend, tally: &tally) }
         drain(from: nil, counted: tally)
+        // The events sent before the start were queued: the buffer they took is not kept while the loop
+        // idles (64 bytes of a group's idle loop, w3).
+        engine.withLock { $0.releaseInboxIfEmpty() }
     }
 
     /// Stops at once (deadline or cancellation), if the loop has not stopped yet.

@@ -77,11 +77,13 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         entity: (any Sendable)?,
         group: (any LoopHolder<State, Event, Effect>)?
     ) {
+        // `entity` is what tells a group's loop from a standalone one (``stopItself``): a group gives
+        // every loop its id, a standalone loop has none.
         let first = program.first
         self.engine = Locked(
             LoopEngine(
                 machine: Machine(state: first.state, update: program.update),
-                settings: context.engineSettings,
+                settings: context,
                 first: first.effects
             )
         )
@@ -122,8 +124,14 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// Takes `event` from `origin`, waiting for room as ``sendWaitingForRoom(_:)`` does.
     @usableFromInline
     func receiveWaitingForRoom(_ event: Event, from origin: EventOrigin) async -> Delivery {
-        let id = waiterIDs.add(1, ordering: .relaxed).newValue
         let carried = context.carriedContext()
+        // A send that finds room (nearly all) takes no waiter id from the process-wide counter and sets up
+        // no cancellation handler.
+        let taken = engine.withLock { engine -> LoopEngine<State, Event, Effect>.Reception? in
+            engine.mustWait() ? nil : engine.receive(event, from: origin, context: carried)
+        }
+        if let taken { return conclude(taken, event) }
+        let id = waiterIDs.add(1, ordering: .relaxed).newValue
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Delivery, Never>) in
                 let reception = engine.withLock { engine -> LoopEngine<State, Event, Effect>.Reception? in

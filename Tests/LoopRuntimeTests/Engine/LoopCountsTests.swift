@@ -66,6 +66,44 @@ import Testing
         #expect(engine.waiting.lists == nil)
     }
 
+    @Test func aRefusedClaimDecidesNoStartUpEffects() {
+        var engine = LoopEngineTests().engine()
+        engine = LoopEngineTests.Engine(machine: engine.machine, settings: engine.settings, first: [.async("boot")])
+        guard case .started(let dispatch, _) = engine.claim(LoopEngineTests().host) else {
+            Issue.record("not started")
+            return
+        }
+        #expect(dispatch.effects == [.async("boot")])
+        guard case .refused(.alreadyRunning) = engine.claim(LoopEngineTests().host) else {
+            Issue.record("claimed twice")
+            return
+        }
+        #expect(engine.waiting.lists == nil)
+    }
+
+    @Test func aGroupsNewLoopKeepsNoInboxBufferOnceStarted() async throws {
+        let group = LoopGroup<Int, Int, Int, Never>(
+            program: { _ in
+                Program(
+                    first: First(state: 0),
+                    update: Update { total, value in
+                        total += value
+                        return []
+                    }
+                )
+            },
+            effects: EffectRouter()
+        )
+        let running = Task { try await group.run() }
+        #expect(await group.waitUntilRunning())
+        group.send(5, to: 1)
+        let loop = group.members.withLock { $0.loop(for: 1) }
+        let capacity = loop?.engine.withLock { $0.inbox.incoming.capacity + $0.inbox.outgoing.capacity }
+        #expect(loop?.state == 5 && capacity == 0)
+        group.stop()
+        _ = try await running.value
+    }
+
     @Test func aLoopNobodyWaitsOnKeepsNoWaitingLists() {
         var engine = LoopEngineTests().running()
         for value in 1...10 {
