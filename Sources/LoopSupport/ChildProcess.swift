@@ -1,3 +1,7 @@
+internal import Dispatch
+internal import EventSources
+internal import Synchronization
+
 #if canImport(Glibc)
 internal import Glibc
 #elseif canImport(Musl)
@@ -10,7 +14,7 @@ internal import Musl
 /// the write end of some pipe of this process would keep that pipe's reader from ever seeing its end.
 package enum ChildProcess {
     /// Where a child's standard output (or error) goes.
-    package enum Output {
+    package enum Output: Sendable {
         /// To this process's own.
         case inherited
         /// Nowhere.
@@ -29,11 +33,19 @@ package enum ChildProcess {
         /// and a child inherits the mask) and SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE and SIGCHLD at
         /// their default actions.
         package var defaultSignals: Bool
+        /// Killed (SIGKILL) when this process ends, however it ends: a test or benchmark killed
+        /// mid-run leaves no server or node of its own running. The child is started through
+        /// `setpriv --pdeathsig KILL` (util-linux), from a thread that lives as long as this process
+        /// (Linux sends the signal when the *thread* that started the child ends, and the threads of
+        /// Swift's pool and of Dispatch end when idle). Where `setpriv` is missing, the child starts
+        /// as without this option. The child's `argv[0]` is then the executable's path.
+        package var endsWithThisProcess: Bool
 
-        /// Options; by default neither.
-        package init(ownProcessGroup: Bool = false, defaultSignals: Bool = false) {
+        /// Options; by default none.
+        package init(ownProcessGroup: Bool = false, defaultSignals: Bool = false, endsWithThisProcess: Bool = false) {
             self.ownProcessGroup = ownProcessGroup
             self.defaultSignals = defaultSignals
+            self.endsWithThisProcess = endsWithThisProcess
         }
     }
 
@@ -52,6 +64,50 @@ package enum ChildProcess {
         output: Output,
         errors: Output? = nil,
         options: Options = Options(),
+        failure: inout Int32
+    ) -> Int32? {
+        guard options.endsWithThisProcess, let setpriv = Spawner.setpriv, let spawner = Spawner.shared else {
+            return start(
+                executable,
+                arguments,
+                input: input,
+                output: output,
+                errors: errors,
+                options: options,
+                failure: &failure
+            )
+        }
+        // `setpriv` starts either way: an executable it cannot run is reported here, as without it.
+        if executable.contains("/"), access(executable, X_OK) != 0 {
+            failure = errno
+            return nil
+        }
+        let words = [setpriv, "--pdeathsig", "KILL", "--", executable] + arguments.dropFirst()
+        let (pid, code) = spawner.run { () -> (Int32?, Int32) in
+            var failure: Int32 = 0
+            let pid = start(
+                setpriv,
+                words,
+                input: input,
+                output: output,
+                errors: errors,
+                options: options,
+                failure: &failure
+            )
+            return (pid, failure)
+        }
+        failure = code
+        return pid
+    }
+
+    /// ``spawn(_:_:input:output:errors:options:failure:)`` on the calling thread, as asked.
+    private static func start(
+        _ executable: String,
+        _ arguments: [String],
+        input: Int32?,
+        output: Output,
+        errors: Output?,
+        options: Options,
         failure: inout Int32
     ) -> Int32? {
         var actions = posix_spawn_file_actions_t()
@@ -143,6 +199,54 @@ package enum ChildProcess {
             if waitpid(pid, &status, 0) == pid { return status }
             if errno != EINTR { return nil }
         }
+    }
+}
+
+/// The thread that starts every child that ends with this process: it never ends, so the children's
+/// parent-death signal comes only when the process ends (see ``ChildProcess/Options/endsWithThisProcess``).
+private final class Spawner: Sendable {
+    /// The thread's queue, or `nil` if no thread could be started (children then start without the
+    /// parent-death signal).
+    static let shared: Spawner? = {
+        let spawner = Spawner()
+        let thread = OSThread({ spawner.serve() }, runHereIfUnavailable: false)
+        thread.detach()
+        return thread.started ? spawner : nil
+    }()
+    /// `setpriv`'s path, or `nil` where it is missing.
+    static let setpriv: String? = ["/usr/bin/setpriv", "/bin/setpriv"].first { access($0, X_OK) == 0 }
+
+    private let jobs = Mutex<[@Sendable () -> Void]>([])
+    private let queued = DispatchSemaphore(value: 0)
+
+    private init() {}
+
+    /// The thread's body: runs the jobs as they come, forever.
+    private func serve() -> Never {
+        while true {
+            queued.wait()
+            let taken = jobs.withLock { jobs in
+                defer { jobs = [] }
+                return jobs
+            }
+            for job in taken { job() }
+        }
+    }
+
+    /// Runs `job` on the thread and returns what it returned.
+    func run<T: Sendable>(_ job: @escaping @Sendable () -> T) -> T {
+        let result = Mutex<T?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        jobs.withLock {
+            $0.append {
+                result.withLock { $0 = job() }
+                done.signal()
+            }
+        }
+        queued.signal()
+        done.wait()
+        // Set before `done` was signalled; were it not, the job runs here rather than be lost.
+        return result.withLock { $0 } ?? job()
     }
 }
 

@@ -137,7 +137,14 @@ final class ClusterProcess {
             length > 0
             ? String(decoding: path.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self) : "loop-bench"
         var failure: Int32 = 0
-        guard let pid = ChildProcess.spawn(executable, [executable] + arguments, output: .discarded, failure: &failure)
+        guard
+            let pid = ChildProcess.spawn(
+                executable,
+                [executable] + arguments,
+                output: .discarded,
+                options: ChildProcess.Options(endsWithThisProcess: true),
+                failure: &failure
+            )
         else {
             throw CodecError("cannot start \(executable) (errno \(failure))")
         }

@@ -137,7 +137,15 @@ func runFresh(_ name: String) -> Bool {
     // What this process printed so far comes first.
     fflush(nil)
     var failure: Int32 = 0
-    guard let pid = ChildProcess.spawn(executable, words, output: .inherited, failure: &failure) else {
+    guard
+        let pid = ChildProcess.spawn(
+            executable,
+            words,
+            output: .inherited,
+            options: ChildProcess.Options(endsWithThisProcess: true),
+            failure: &failure
+        )
+    else {
         Measure.printError("loop-bench: cannot start \(executable) for \(name)\n")
         return false
     }

@@ -209,7 +209,15 @@ final class DemoProcess {
 
     init(_ words: [String]) throws {
         var failure: Int32 = 0
-        guard let pid = ChildProcess.spawn(words[0], words, output: .inherited, failure: &failure) else {
+        guard
+            let pid = ChildProcess.spawn(
+                words[0],
+                words,
+                output: .inherited,
+                options: ChildProcess.Options(endsWithThisProcess: true),
+                failure: &failure
+            )
+        else {
             throw CommandError(description: "cannot start \(words[0]) (errno \(failure))")
         }
         self.pid = pid

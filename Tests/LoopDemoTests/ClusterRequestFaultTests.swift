@@ -30,6 +30,7 @@ struct ClusterRequestFaultTests {
                     Demo.binary,
                     [Demo.binary, "node", "--postgres", database, "--name", name],
                     output: .discarded,
+                    options: ChildProcess.Options(endsWithThisProcess: true),
                     failure: &failure
                 )
             else { throw CodecError("cannot start loop-demo node (errno \(failure))") }

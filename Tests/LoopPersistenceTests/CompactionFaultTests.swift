@@ -30,6 +30,7 @@ import Glibc
             binary,
             [binary, "compacting-node", directory],
             output: .descriptor(ends[1]),
+            options: ChildProcess.Options(endsWithThisProcess: true),
             failure: &failure
         )
         close(ends[1])

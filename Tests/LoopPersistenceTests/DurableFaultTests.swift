@@ -41,6 +41,7 @@ final class DurableNode: Sendable {
             [Self.binary, "durable-node", directory],
             input: ends[1],
             output: .descriptor(ends[1]),
+            options: ChildProcess.Options(endsWithThisProcess: true),
             failure: &failure
         )
         close(ends[1])

@@ -33,7 +33,13 @@ final class Child: @unchecked Sendable {
         var failure: Int32 = 0
         let command = wrapper + [Self.binary] + arguments
         guard
-            let pid = ChildProcess.spawn(command[0], command, output: .file(log), failure: &failure)
+            let pid = ChildProcess.spawn(
+                command[0],
+                command,
+                output: .file(log),
+                options: ChildProcess.Options(endsWithThisProcess: true),
+                failure: &failure
+            )
         else { throw CocoaError(.executableLoad) }
         self.pid = pid
     }
