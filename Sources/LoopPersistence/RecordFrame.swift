@@ -33,9 +33,7 @@ public enum RecordFrame {
     public static func encode(_ payload: [UInt8]) -> [UInt8] {
         var frame: [UInt8] = []
         frame.reserveCapacity(headerSize + payload.count)
-        append(UInt32(truncatingIfNeeded: payload.count), to: &frame)
-        append(CRC32.checksum(payload), to: &frame)
-        frame += payload
+        append(framing: payload, to: &frame)
         return frame
     }
 

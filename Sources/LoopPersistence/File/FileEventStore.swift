@@ -912,8 +912,10 @@ public final class FileEventStore: AppendingWithCompletion {
                 let at = location()
                 let first = fresh.version + 1
                 let chunk = Array(payloads[start..<end])
-                bytes += RecordFrame.encode(
-                    LogRecord.relocated(stream: stream, first: first, previous: previous, payloads: chunk).encode()
+                RecordFrame.append(
+                    framing: LogRecord.relocated(stream: stream, first: first, previous: previous, payloads: chunk)
+                        .encode(),
+                    to: &bytes
                 )
                 records += 1
                 if previous == .none { fresh.chainStart = at }
