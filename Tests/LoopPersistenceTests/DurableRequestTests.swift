@@ -241,6 +241,47 @@ final class GatedStore: EventStore {
         await #expect(throws: RequestError.keyReused("k")) { try await second.value }
     }
 
+    /// The caller turns the delivery into the type it asked for: an answer of another type, or a
+    /// recorded answer that does not decode, ends its wait with an error that says so.
+    @Test func anAnswerOfAnotherTypeOrOneThatDoesNotDecodeIsAnError() async throws {
+        let requesters = Requesters(clock: ContinuousClock())
+        let sent = Locked<[DurableCall<Int>]>([])
+        func ask() -> Task<Int, any Error> {
+            Task {
+                try await requesters.ask(
+                    stream: "a",
+                    key: nil,
+                    timeout: nil,
+                    make: { (replyTo: ReplyTo<Int>) in Int(replyTo.id % 1_000) },
+                    fingerprint: { UInt64($0) },
+                    deliver: { call in
+                        sent.withLock { $0.append(call) }
+                        return .accepted
+                    },
+                    refusal: { .rejected($0) }
+                )
+            }
+        }
+        let mistyped = ask()
+        await eventually("it is sent") { sent.withLock { $0.count } == 1 }
+        requesters.deliver(ReplyDelivery(reply: sent.withLock { $0[0].reply } ?? 0, value: "ten"), in: "a")
+        await #expect(throws: RequestError.invalid("the program replies with String, not the Int this request expects"))
+        {
+            try await mistyped.value
+        }
+        let undecodable = ask()
+        await eventually("it is sent") { sent.withLock { $0.count } == 2 }
+        let broken = ReplyDelivery(
+            reply: sent.withLock { $0[1].reply } ?? 0,
+            recorded: .success([0xFF]),
+            decode: { _ in .failure(CodecError("cannot decode Int")) }
+        )
+        requesters.deliver(broken, in: "a")
+        await #expect(throws: RequestError.storeFailed("the recorded answer does not decode: cannot decode Int")) {
+            try await undecodable.value
+        }
+    }
+
     @Test func aRepeatedKeyOfASenderGetsTheFirstVersionOnceDurable() {
         var durable = running()
         let call = DurableCall(event: Account.Event.note(1), key: "n", fingerprint: 3, ticket: 1)
