@@ -21,14 +21,19 @@ package protocol PendingRequest: AnyObject, Sendable {
 package final class RequestWaiter<Value: Sendable>: PendingRequest {
     @usableFromInline
     enum Phase {
-        /// No continuation yet (the outcome may already be known).
-        case pending(Result<Value, RequestError>?)
+        /// No continuation and no outcome yet.
+        case pending
+        /// The outcome, decided before the continuation came.
+        case early(Result<Value, RequestError>)
         case waiting(CheckedContinuation<Result<Value, RequestError>, Never>)
         case resolved
     }
 
+    // The phases that matter on the common path (`pending`, `waiting`) are told apart by their case
+    // alone: a phase of `pending(Result?)` had its payload copied out to test it for nil on every
+    // resolve, which for a large value was most of what resolving cost (`Docs/Performance.md`).
     @usableFromInline
-    let phase = Locked(Phase.pending(nil))
+    let phase = Locked(Phase.pending)
     /// Set once the outcome is decided, so a loop sweeping the requests it holds reads it without the lock.
     @usableFromInline
     let resolved = Atomic<Bool>(false)
@@ -40,13 +45,16 @@ package final class RequestWaiter<Value: Sendable>: PendingRequest {
     @inlinable
     package func install(_ continuation: CheckedContinuation<Result<Value, RequestError>, Never>) {
         let known = phase.withLock { phase -> Result<Value, RequestError>? in
-            guard case .pending(let result) = phase else { return nil }
-            guard let result else {
+            switch phase {
+            case .pending:
                 phase = .waiting(continuation)
                 return nil
+            case .early(let result):
+                phase = .resolved
+                return result
+            case .waiting, .resolved:
+                return nil
             }
-            phase = .resolved
-            return result
         }
         if let known { continuation.resume(returning: known) }
     }
@@ -58,15 +66,15 @@ package final class RequestWaiter<Value: Sendable>: PendingRequest {
         let (decided, waiter) = phase.withLock {
             phase -> (Bool, CheckedContinuation<Result<Value, RequestError>, Never>?) in
             switch phase {
-            case .pending(nil):
-                phase = .pending(result)
+            case .pending:
+                phase = .early(result)
                 resolved.store(true, ordering: .releasing)
                 return (true, nil)
             case .waiting(let continuation):
                 phase = .resolved
                 resolved.store(true, ordering: .releasing)
                 return (true, continuation)
-            case .pending, .resolved:
+            case .early, .resolved:
                 return (false, nil)
             }
         }
