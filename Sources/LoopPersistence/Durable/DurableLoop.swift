@@ -199,7 +199,9 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
             key: key,
             timeout: timeout,
             make: make,
-            fingerprint: storage.fingerprint(of:),
+            // A closure, not `storage.fingerprint(of:)`: that partial application copied the whole storage
+            // (and retained each of its references) on every request.
+            fingerprint: { try storage.fingerprint(of: $0) },
             deliver: { deliver(.call($0)) },
             refusal: { rejection in
                 rejection == .failed

@@ -307,7 +307,9 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
             key: key,
             timeout: timeout,
             make: make,
-            fingerprint: storage.fingerprint(of:),
+            // A closure, not `storage.fingerprint(of:)`: that partial application copied the whole storage
+            // (and retained each of its references) on every request.
+            fingerprint: { try storage.fingerprint(of: $0) },
             deliver: { deliver(.call($0), to: id) },
             refusal: { rejection in
                 if rejection == .failed, case .storeFailed(let failure) = failure(of: id) {
