@@ -297,6 +297,10 @@ extension ClusterEndToEndTests {
         }
         let old = try Self.node("a", database: database, logs: logs)
         #expect(try await waitForEveryShard(), "the first node never took the shards")
+        // Both processes name their session 'effectloop node a': the old one is told apart by its pid.
+        let named = "SELECT pid FROM pg_stat_activity WHERE application_name = 'effectloop node a'"
+        let predecessor = try await Self.query(database, named)
+        #expect(Int(predecessor) != nil, "the first node has no single session: \(predecessor)")
         old.signal(SIGSTOP)
         let restarted = try Child(
             [
@@ -306,11 +310,15 @@ extension ClusterEndToEndTests {
             ],
             log: "\(logs)/a-restarted.log"
         )
-        #expect(try await waitForEveryShard(), "the restarted node never took the shards")
-        let holders = try await Self.query(
-            database,
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'effectloop node a'"
-        )
+        // The predecessor's session ends (its backend exits a moment after it is told to) and the new
+        // one holds every shard.
+        let tookOver = try await Self.poll(3_000) {
+            let sessions = try await Self.query(database, named).split(separator: "\n")
+            guard !sessions.isEmpty, !sessions.contains(Substring(predecessor)) else { return false }
+            return try await locks() == 64
+        }
+        #expect(tookOver, "the restarted node never ended its predecessor's session and took the shards")
+        let holders = try await Self.query(database, "SELECT count(*) FROM (\(named)) s")
         #expect(holders == "1")
         old.signal(SIGCONT)
         let oldStatus = await old.wait()
