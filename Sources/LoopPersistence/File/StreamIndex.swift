@@ -81,36 +81,34 @@ enum StreamIndex {
     static let checkpointInterval: UInt64 = 256
 }
 
-/// Every stream's entry, kept compact: 16 bytes per stream (its version and last record) in tables
-/// split by hash into shards, so growing one never holds two copies of the whole index; snapshots and
-/// checkpoints, which most streams of an entity group never have, live in tables of their own.
+/// Every stream's entry, kept compact: a 16-byte slot per stream (its last record, its version, where
+/// its name is) and its name once, in tables split by hash into shards, so growing one never holds two
+/// copies of the whole index; snapshots and checkpoints, which most streams of an entity group never
+/// have, live in tables of their own.
 ///
-/// Measured on `loop-bench`'s w9 (a million streams of one event each): the compact table is what
-/// keeps the peak resident growth near the live loops' (see `Docs/Persistence.md`).
+/// Measured on `loop-bench`'s w9 (a million streams of one event each): the index is most of the peak
+/// resident growth not owed to the live loops (see `Docs/Performance.md`).
 struct StreamTable: Sendable {
-    struct Head: Sendable {
+    struct Head: Sendable, Equatable {
         var version: UInt64
         var tail: Location
     }
 
     static let shardCount = 64
 
-    private var shards = [OpenTable<Head>](
-        repeating: OpenTable(empty: Head(version: 0, tail: .none)),
-        count: shardCount
-    )
+    private var shards = (0..<shardCount).map { HeadTable(shard: $0) }
     private var snapshots: [String: [StreamEntry.SnapshotRef]] = [:]
     private var checkpoints: [String: [StreamEntry.Checkpoint]] = [:]
     private var chainStarts: [String: Location] = [:]
     private(set) var count = 0
 
-    private static func shard(of stream: String) -> Int {
-        stream.hashValue & (shardCount - 1)
-    }
-
     subscript(stream: String) -> StreamEntry? {
         get {
-            let head = shards[Self.shard(of: stream)].value(for: stream)
+            var name = stream
+            let head = name.withUTF8 { name in
+                let hash = HeadTable.hash(name)
+                return shards[hash & (Self.shardCount - 1)].value(for: name, hash: hash)
+            }
             // The side tables are empty in many stores (no snapshots, no compaction): no lookup then.
             let snapshot = snapshots.isEmpty ? nil : snapshots[stream]
             guard head != nil || snapshot != nil else { return nil }
@@ -123,10 +121,18 @@ struct StreamTable: Sendable {
             return entry
         }
         set {
-            let shard = Self.shard(of: stream)
             // Streams are never removed: a store only grows.
             guard let entry = newValue else { return }
-            if shards[shard].update(Head(version: entry.version, tail: entry.tail), for: stream) { count += 1 }
+            var name = stream
+            let added = name.withUTF8 { name in
+                let hash = HeadTable.hash(name)
+                return shards[hash & (Self.shardCount - 1)].update(
+                    Head(version: entry.version, tail: entry.tail),
+                    for: name,
+                    hash: hash
+                )
+            }
+            if added { count += 1 }
             // A stream that was never relocated only gains snapshots and checkpoints: nothing to clear.
             // A relocated one (a chain start) may have dropped its old chain's checkpoints.
             if entry.chainStart == .none {
@@ -163,7 +169,7 @@ struct StreamTable: Sendable {
     /// Calls `body` with every stream and its entry, in no particular order.
     func forEveryStream<Failure: Error>(_ body: (String, StreamEntry) throws(Failure) -> Void) throws(Failure) {
         for shard in shards {
-            try shard.forEveryKey { (stream: String, head: Head) throws(Failure) in
+            try shard.forEveryName { (stream: String, head: Head) throws(Failure) in
                 var entry = StreamEntry()
                 entry.version = head.version
                 entry.tail = head.tail
@@ -176,67 +182,182 @@ struct StreamTable: Sendable {
     }
 }
 
-/// A hash table of strings with linear probing, filled to at most 7/8 and grown by half: 32 bytes a
-/// slot, about 40 per 16-byte value, where a `Dictionary` (filled to at most 3/4, grown by doubling)
-/// averages near 60.
-struct OpenTable<Value: Sendable>: Sendable {
-    private var keys: [String?] = []
-    /// The values, by the slot of their key; `empty` where there is no key (not an optional, which
-    /// would add a byte and, with alignment, 8 bytes to each slot).
-    private var values: [Value] = []
-    private let empty: Value
-    private var used = 0
+/// One shard of the index: a hash table from stream names (their UTF-8 bytes) to heads, with linear
+/// probing, filled to at most 4/5 and grown by a quarter.
+///
+/// A slot is 16 bytes: the stream's last record, its version (below 2^24; a larger one is kept
+/// aside), 8 bits of its name's hash (so a probe past another stream rarely reads that stream's name)
+/// and where its name is in ``NameArena``, which keeps each name once. A `String` key and a value
+/// took 32 bytes a slot, and a name past 15 bytes an allocation of its own besides. The shards start
+/// at different capacities, so they do not all grow at the same counts: the index's fill, summed over
+/// the shards, stays near its average rather than swinging with the count.
+struct HeadTable: Sendable {
+    struct Slot: Sendable {
+        var tail: UInt64
+        /// The version (the upper 24 bits; all ones when it is kept in `largeVersions`) and 8 bits of
+        /// the name's hash.
+        var versionAndTag: UInt32
+        /// Where the name is in the arena; `UInt32.max` in an empty slot.
+        var name: UInt32
 
-    init(empty: Value) {
-        self.empty = empty
+        static let empty = Slot(tail: 0, versionAndTag: 0, name: .max)
+        static let largeVersion: UInt32 = 0xFF_FFFF
     }
 
-    /// The slot holding `key`, or the empty slot where it would go.
-    private func slot(of key: String, hash: Int) -> Int {
-        var index = Int(UInt64(bitPattern: Int64(hash)).multipliedFullWidth(by: UInt64(keys.count)).high)
-        while let existing = keys[index], existing != key {
+    private var slots: [Slot] = []
+    private var names = NameArena()
+    private var used = 0
+    private let initialCapacity: Int
+    /// The versions from `Slot.largeVersion` up, by the name's place in the arena.
+    private var largeVersions: [UInt32: UInt64] = [:]
+    /// The streams whose names the arena cannot hold (too long, or the arena is full).
+    private var overflow: [String: StreamTable.Head] = [:]
+
+    /// Shard `shard` of ``StreamTable/shardCount``: its first capacity is spread between 16 and 20.
+    init(shard: Int) {
+        initialCapacity = 16 + 4 * shard / StreamTable.shardCount
+    }
+
+    /// The hash of a name's UTF-8 bytes, the same for a name given as a `String` or read from the arena.
+    static func hash(_ name: UnsafeBufferPointer<UInt8>) -> Int {
+        var hasher = Hasher()
+        hasher.combine(bytes: UnsafeRawBufferPointer(name))
+        return hasher.finalize()
+    }
+
+    private static func tag(_ hash: Int) -> UInt32 { UInt32(truncatingIfNeeded: hash >> 8) & 0xFF }
+
+    /// The slot holding `name`, or the empty slot where it would go.
+    private func slot(of name: UnsafeBufferPointer<UInt8>, hash: Int) -> Int {
+        let tag = Self.tag(hash)
+        var index = Int(UInt64(bitPattern: Int64(hash)).multipliedFullWidth(by: UInt64(slots.count)).high)
+        while slots[index].name != Slot.empty.name {
+            let slot = slots[index]
+            if slot.versionAndTag & 0xFF == tag && names.holds(name, at: slot.name) { return index }
             index += 1
-            if index == keys.count { index = 0 }
+            if index == slots.count { index = 0 }
         }
         return index
     }
 
-    func value(for key: String) -> Value? {
-        guard !keys.isEmpty else { return nil }
-        let index = slot(of: key, hash: key.hashValue)
-        return keys[index] == nil ? nil : values[index]
+    func value(for name: UnsafeBufferPointer<UInt8>, hash: Int) -> StreamTable.Head? {
+        if !overflow.isEmpty, let head = overflow[String(decoding: name, as: UTF8.self)] { return head }
+        guard !slots.isEmpty else { return nil }
+        let slot = slots[self.slot(of: name, hash: hash)]
+        guard slot.name != Slot.empty.name else { return nil }
+        return StreamTable.Head(version: version(of: slot), tail: Location(packed: slot.tail))
     }
 
-    /// Sets the value of `key`; returns whether the key is new.
-    mutating func update(_ value: Value, for key: String) -> Bool {
-        if (used + 1) * 8 > keys.count * 7 { grow() }
-        let index = slot(of: key, hash: key.hashValue)
-        values[index] = value
-        guard keys[index] == nil else { return false }
-        keys[index] = key
-        used += 1
-        return true
+    private func version(of slot: Slot) -> UInt64 {
+        let version = slot.versionAndTag >> 8
+        return version == Slot.largeVersion ? largeVersions[slot.name] ?? 0 : UInt64(version)
     }
 
-    /// Calls `body` with every key and its value, in slot order.
-    func forEveryKey<Failure: Error>(_ body: (String, Value) throws(Failure) -> Void) throws(Failure) {
-        for (key, value) in zip(keys, values) {
-            guard let key else { continue }
-            try body(key, value)
+    /// Sets the head of `name`; returns whether the name is new.
+    mutating func update(_ head: StreamTable.Head, for name: UnsafeBufferPointer<UInt8>, hash: Int) -> Bool {
+        if !overflow.isEmpty, overflow[String(decoding: name, as: UTF8.self)] != nil {
+            overflow[String(decoding: name, as: UTF8.self)] = head
+            return false
         }
+        if (used + 1) * 5 > slots.count * 4 { grow() }
+        let index = slot(of: name, hash: hash)
+        var slot = slots[index]
+        let added = slot.name == Slot.empty.name
+        if added {
+            guard let place = names.add(name) else {
+                overflow[String(decoding: name, as: UTF8.self)] = head
+                return true
+            }
+            slot.name = place
+            used += 1
+        } else if slot.versionAndTag >> 8 == Slot.largeVersion {
+            largeVersions[slot.name] = nil
+        }
+        slot.tail = head.tail.packed
+        if head.version < UInt64(Slot.largeVersion) {
+            slot.versionAndTag = UInt32(head.version) << 8 | Self.tag(hash)
+        } else {
+            slot.versionAndTag = Slot.largeVersion << 8 | Self.tag(hash)
+            largeVersions[slot.name] = head.version
+        }
+        slots[index] = slot
+        return added
+    }
+
+    /// Calls `body` with every name and its head, in no particular order.
+    func forEveryName<Failure: Error>(_ body: (String, StreamTable.Head) throws(Failure) -> Void) throws(Failure) {
+        for slot in slots where slot.name != Slot.empty.name {
+            try body(
+                names.withName(at: slot.name) { String(decoding: $0, as: UTF8.self) },
+                StreamTable.Head(version: version(of: slot), tail: Location(packed: slot.tail))
+            )
+        }
+        for (name, head) in overflow { try body(name, head) }
     }
 
     private mutating func grow() {
-        let oldKeys = keys
-        let oldValues = values
-        let capacity = max(16, keys.count + keys.count / 2)
-        keys = Array(repeating: nil, count: capacity)
-        values = Array(repeating: empty, count: capacity)
-        for (key, value) in zip(oldKeys, oldValues) {
-            guard let key else { continue }
-            let index = slot(of: key, hash: key.hashValue)
-            keys[index] = key
-            values[index] = value
+        let old = slots
+        slots = Array(repeating: .empty, count: max(initialCapacity, old.count + old.count / 4))
+        for slot in old where slot.name != Slot.empty.name {
+            let hash = names.withName(at: slot.name) { Self.hash($0) }
+            var index = Int(UInt64(bitPattern: Int64(hash)).multipliedFullWidth(by: UInt64(slots.count)).high)
+            while slots[index].name != Slot.empty.name {
+                index += 1
+                if index == slots.count { index = 0 }
+            }
+            slots[index] = slot
+        }
+    }
+}
+
+/// Names kept once each, back to back in chunks of 64 KiB, each after its length (one byte below 128,
+/// two up to 32,767); a name's place is its chunk (the upper 16 bits) and its offset in it. Chunks are
+/// allocated whole and never grow, so the arena holds no spare capacity past its last chunk and never
+/// copies what it holds.
+struct NameArena: Sendable {
+    static let chunkSize = 1 << 16
+    static let longestName = 0x7FFF
+
+    private var chunks: [[UInt8]] = []
+
+    /// Keeps `name`; its place, or `nil` if the arena cannot hold it (longer than ``longestName`` bytes,
+    /// or 65,535 chunks full).
+    mutating func add(_ name: UnsafeBufferPointer<UInt8>) -> UInt32? {
+        guard name.count <= Self.longestName else { return nil }
+        let length = name.count < 0x80 ? 1 : 2
+        if chunks.isEmpty || chunks[chunks.count - 1].count + length + name.count > Self.chunkSize {
+            guard chunks.count < 0xFFFF else { return nil }
+            var chunk: [UInt8] = []
+            chunk.reserveCapacity(Self.chunkSize)
+            chunks.append(chunk)
+        }
+        let last = chunks.count - 1
+        let offset = chunks[last].count
+        if length == 1 {
+            chunks[last].append(UInt8(name.count))
+        } else {
+            chunks[last].append(UInt8(0x80 | name.count >> 8))
+            chunks[last].append(UInt8(name.count & 0xFF))
+        }
+        chunks[last].append(contentsOf: name)
+        return UInt32(last) << 16 | UInt32(offset)
+    }
+
+    /// Calls `body` with the bytes of the name at `place`.
+    func withName<Result>(at place: UInt32, _ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
+        chunks[Int(place >> 16)].withUnsafeBufferPointer { chunk in
+            let offset = Int(place & 0xFFFF)
+            let first = Int(chunk[offset])
+            let (length, start) =
+                first < 0x80 ? (first, offset + 1) : ((first & 0x7F) << 8 | Int(chunk[offset + 1]), offset + 2)
+            return body(UnsafeBufferPointer(rebasing: chunk[start..<start + length]))
+        }
+    }
+
+    /// Whether the name at `place` is `name`.
+    func holds(_ name: UnsafeBufferPointer<UInt8>, at place: UInt32) -> Bool {
+        withName(at: place) { kept in
+            kept.count == name.count && kept.elementsEqual(name)
         }
     }
 }
