@@ -183,7 +183,7 @@ struct StreamTable: Sendable {
 }
 
 /// One shard of the index: a hash table from stream names (their UTF-8 bytes) to heads, with linear
-/// probing, filled to at most 4/5 and grown by a quarter.
+/// probing, filled to at most 7/8 and grown by a quarter (so from 70% to 87.5% full).
 ///
 /// A slot is 16 bytes: the stream's last record, its version (below 2^24; a larger one is kept
 /// aside), 8 bits of its name's hash (so a probe past another stream rarely reads that stream's name)
@@ -259,7 +259,7 @@ struct HeadTable: Sendable {
             overflow[String(decoding: name, as: UTF8.self)] = head
             return false
         }
-        if (used + 1) * 5 > slots.count * 4 { grow() }
+        if (used + 1) * 8 > slots.count * 7 { grow() }
         let index = slot(of: name, hash: hash)
         var slot = slots[index]
         let added = slot.name == Slot.empty.name
