@@ -3,7 +3,8 @@ import Testing
 @testable import LoopPersistence
 
 /// The file store's in-memory index (``StreamTable``), held against a `Dictionary` doing the same work:
-/// names of every length the arena keeps in one or two length bytes and those it cannot keep, versions
+/// names of every length the arena keeps in one or two length bytes and those it cannot keep, names
+/// that are decimal numbers (kept in the slot) and those that only look like one, versions
 /// below and past what a slot holds, and enough streams that probes pass other streams' slots.
 @Suite struct StreamTableTests {
     static func entry(version: UInt64, tail: Int) -> StreamEntry {
@@ -23,7 +24,11 @@ import Testing
             // Longer than the arena keeps: held aside, and found the same.
             String(repeating: "e", count: 32_768), String(repeating: "f", count: 70_000),
         ]
-        let names = odd + (0..<20_000).map { "stream-\($0)" }
+        // Decimal numbers are kept in the slot itself, up to 2^31 - 2; the rest are names like any other.
+        let numbers = [
+            "0", "00", "007", "2147483646", "2147483647", "4294967295", "99999999999", "-1", "+1", "1 ", "１",
+        ]
+        let names = odd + numbers + (0..<20_000).map { "stream-\($0)" } + (0..<20_000).map { "\($0 * 97)" }
         for round in 0..<3 {
             for (index, name) in names.enumerated() where generator.next() % 3 != 0 || round == 0 {
                 let version: UInt64 =
@@ -43,7 +48,7 @@ import Testing
             #expect(found?.version == expected.version, "\(name.prefix(20))")
             #expect(found?.tail == expected.tail, "\(name.prefix(20))")
         }
-        for missing in ["stream-20000", "stream-", "11", String(repeating: "a", count: 126), "e"] {
+        for missing in ["stream-20000", "stream-", "11", "01", "2", "0000", String(repeating: "a", count: 126), "e"] {
             #expect(table[missing] == nil, "\(missing)")
         }
         var listed: [String: UInt64] = [:]

@@ -310,29 +310,49 @@ struct HeadTable: Sendable {
     }
 }
 
-/// Names kept once each, back to back in chunks of 64 KiB, each after its length (one byte below 128,
-/// two up to 32,767); a name's place is its chunk (the upper 16 bits) and its offset in it. Chunks are
-/// allocated whole and never grow, so the arena holds no spare capacity past its last chunk and never
-/// copies what it holds.
+/// Names kept once each, back to back in chunks of up to 64 KiB, each after its length (one byte below
+/// 128, two up to 32,767); a name's place is its chunk (bits 16-30) and its offset in it. A chunk grows
+/// by doubling until it is full, and is never copied after, so the arena holds at most one partly used
+/// chunk.
+///
+/// A name that is a decimal number below 2^31 - 1 without leading zeros (`"0"`, `"42"`, `"123456"`: the
+/// stream name of an integer id, by default) takes no room in a chunk: its place is the number itself,
+/// with the top bit set. A million such names would otherwise take about 7 MB.
 struct NameArena: Sendable {
     static let chunkSize = 1 << 16
     static let longestName = 0x7FFF
+    private static let number: UInt32 = 1 << 31
 
     private var chunks: [[UInt8]] = []
 
+    /// The value of `name` if it is a decimal number kept in its place (see the type's comment).
+    private static func number(_ name: UnsafeBufferPointer<UInt8>) -> UInt32? {
+        guard !name.isEmpty, name.count <= 10, name[0] != UInt8(ascii: "0") || name.count == 1 else { return nil }
+        var value: UInt64 = 0
+        for byte in name {
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+            value = value * 10 + UInt64(byte - UInt8(ascii: "0"))
+        }
+        // All ones is an empty slot's place: the largest number kept is one less.
+        return value < UInt64(~number) ? UInt32(value) : nil
+    }
+
     /// Keeps `name`; its place, or `nil` if the arena cannot hold it (longer than ``longestName`` bytes,
-    /// or 65,535 chunks full).
+    /// or 32,767 chunks full).
     mutating func add(_ name: UnsafeBufferPointer<UInt8>) -> UInt32? {
+        if let number = Self.number(name) { return Self.number | number }
         guard name.count <= Self.longestName else { return nil }
         let length = name.count < 0x80 ? 1 : 2
-        if chunks.isEmpty || chunks[chunks.count - 1].count + length + name.count > Self.chunkSize {
-            guard chunks.count < 0xFFFF else { return nil }
-            var chunk: [UInt8] = []
-            chunk.reserveCapacity(Self.chunkSize)
-            chunks.append(chunk)
+        let needed = length + name.count
+        if chunks.isEmpty || chunks[chunks.count - 1].count + needed > Self.chunkSize {
+            guard chunks.count < 0x7FFF else { return nil }
+            chunks.append([])
         }
         let last = chunks.count - 1
         let offset = chunks[last].count
+        if offset + needed > chunks[last].capacity {
+            chunks[last].reserveCapacity(min(Self.chunkSize, max(offset + needed, 2 * chunks[last].capacity, 256)))
+        }
         if length == 1 {
             chunks[last].append(UInt8(name.count))
         } else {
@@ -345,7 +365,19 @@ struct NameArena: Sendable {
 
     /// Calls `body` with the bytes of the name at `place`.
     func withName<Result>(at place: UInt32, _ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
-        chunks[Int(place >> 16)].withUnsafeBufferPointer { chunk in
+        if place & Self.number != 0 {
+            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 10) { digits in
+                var value = place & ~Self.number
+                var start = digits.count
+                repeat {
+                    start -= 1
+                    digits[start] = UInt8(ascii: "0") + UInt8(value % 10)
+                    value /= 10
+                } while value > 0
+                return body(UnsafeBufferPointer(rebasing: digits[start...]))
+            }
+        }
+        return chunks[Int(place >> 16)].withUnsafeBufferPointer { chunk in
             let offset = Int(place & 0xFFFF)
             let first = Int(chunk[offset])
             let (length, start) =
@@ -356,8 +388,7 @@ struct NameArena: Sendable {
 
     /// Whether the name at `place` is `name`.
     func holds(_ name: UnsafeBufferPointer<UInt8>, at place: UInt32) -> Bool {
-        withName(at: place) { kept in
-            kept.count == name.count && kept.elementsEqual(name)
-        }
+        if place & Self.number != 0 { return Self.number(name) == place & ~Self.number }
+        return withName(at: place) { kept in kept.count == name.count && kept.elementsEqual(name) }
     }
 }
