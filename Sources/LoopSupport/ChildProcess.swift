@@ -83,7 +83,7 @@ package enum ChildProcess {
             return nil
         }
         let words = [setpriv, "--pdeathsig", "KILL", "--", executable] + arguments.dropFirst()
-        let (pid, code) = spawner.run { () -> (Int32?, Int32) in
+        let started = spawner.run { () -> (Int32?, Int32) in
             var failure: Int32 = 0
             let pid = start(
                 setpriv,
@@ -95,6 +95,11 @@ package enum ChildProcess {
                 failure: &failure
             )
             return (pid, failure)
+        }
+        // `run` answers with what the job returned; it has no answer only if the job never ran.
+        guard let (pid, code) = started else {
+            failure = EAGAIN
+            return nil
         }
         failure = code
         return pid
@@ -233,8 +238,9 @@ private final class Spawner: Sendable {
         }
     }
 
-    /// Runs `job` on the thread and returns what it returned.
-    func run<T: Sendable>(_ job: @escaping @Sendable () -> T) -> T {
+    /// Runs `job` on the thread and returns what it returned (`nil` only if it did not run: the job sets
+    /// the result before it signals `done`, so this does not happen; the job is never run twice).
+    func run<T: Sendable>(_ job: @escaping @Sendable () -> T) -> T? {
         let result = Mutex<T?>(nil)
         let done = DispatchSemaphore(value: 0)
         jobs.withLock {
@@ -245,8 +251,7 @@ private final class Spawner: Sendable {
         }
         queued.signal()
         done.wait()
-        // Set before `done` was signalled; were it not, the job runs here rather than be lost.
-        return result.withLock { $0 } ?? job()
+        return result.withLock { $0 }
     }
 }
 

@@ -7,9 +7,8 @@ public import LoopCore
 ///
 /// Most loops never have any, so the lists live in one object allocated the first time one is used:
 /// inline they were 64 bytes of each loop's engine and 8 of the loop (w3's bytes per loop,
-/// `Docs/Performance.md`). A
-/// value: a copy's lists are copied when either side changes them; emptying a list that is not there
-/// allocates nothing.
+/// `Docs/Performance.md`). A value: a copy's lists are copied when either side changes them; emptying
+/// a list that is not there allocates nothing.
 @usableFromInline
 struct EngineWaiting<State: Sendable, Event: Sendable, Effect: Sendable> {
     @usableFromInline
