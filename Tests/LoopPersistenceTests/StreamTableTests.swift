@@ -14,6 +14,13 @@ import Testing
         return entry
     }
 
+    /// `stream`'s version, or 0 when the table has no entry for it. (Not compared as an optional: under
+    /// the address sanitizer, `#expect(optional == literal)` of this toolchain read 9 bytes of an 8-byte
+    /// value in the comparison's own thunk.)
+    static func version(of stream: String, in table: StreamTable) -> UInt64 {
+        table[stream]?.version ?? 0
+    }
+
     @Test func theIndexAnswersLikeADictionaryForEveryKindOfNameAndVersion() {
         var table = StreamTable()
         var model: [String: (version: UInt64, tail: Location)] = [:]
@@ -44,26 +51,71 @@ import Testing
         }
         #expect(table.count == model.count)
         for (name, expected) in model {
-            let found = table[name]
-            #expect(found?.version == expected.version, "\(name.prefix(20))")
-            #expect(found?.tail == expected.tail, "\(name.prefix(20))")
+            guard let found = table[name] else {
+                Issue.record("'\(name.prefix(20))' is not found")
+                continue
+            }
+            #expect(found.version == expected.version, "\(name.prefix(20))")
+            #expect(found.tail == expected.tail, "\(name.prefix(20))")
         }
         for missing in ["stream-20000", "stream-", "11", "01", "2", "0000", String(repeating: "a", count: 126), "e"] {
             #expect(table[missing] == nil, "\(missing)")
         }
         var listed: [String: UInt64] = [:]
-        table.forEveryStream { name, entry in listed[name] = entry.version }
+        var visits = 0
+        table.forEveryStream { name, entry in
+            listed[name] = entry.version
+            visits += 1
+        }
+        #expect(visits == model.count)
         #expect(listed == model.mapValues(\.version))
+    }
+
+    /// Two spellings of one text are one stream, as in the store's other tables (keyed by `String`).
+    @Test func namesSwiftHoldsEqualAreOneStream() {
+        var table = StreamTable()
+        table["caf\u{E9}"] = Self.entry(version: 1, tail: 1)
+        table["cafe\u{301}"] = Self.entry(version: 2, tail: 2)
+        table["\u{212A}"] = Self.entry(version: 3, tail: 3)
+        #expect(table.count == 2)
+        #expect(Self.version(of: "caf\u{E9}", in: table) == 2)
+        #expect(Self.version(of: "K", in: table) == 3)
+        #expect(table["k"] == nil)
+    }
+
+    /// Names that fill chunks to their last byte, read back from every chunk; an arena whose chunks are
+    /// all taken refuses a name that does not fit, and keeps what it has.
+    @Test func theArenaFillsChunksToTheirEndAndRefusesWhenFull() {
+        var arena = NameArena(chunkLimit: 3)
+        // 127 bytes after a length byte: 512 names fill a chunk of 65,536 bytes exactly.
+        func name(_ index: Int) -> [UInt8] {
+            Array(String(index).utf8) + Array(repeating: UInt8(ascii: "x"), count: 127 - String(index).utf8.count)
+        }
+        var places: [UInt32] = []
+        for index in 0..<(3 * 512) {
+            let place = name(index).withUnsafeBufferPointer { arena.add($0) }
+            #expect(place != nil, "name \(index)")
+            places.append(place ?? .max)
+        }
+        #expect(Set(places.map { $0 >> 16 }) == [0, 1, 2])
+        #expect(arena.isFull)
+        #expect(name(9_999).withUnsafeBufferPointer { arena.add($0) } == nil)
+        // A number needs no room.
+        #expect(Array("9999".utf8).withUnsafeBufferPointer { arena.add($0) } != nil)
+        for (index, place) in places.enumerated() {
+            #expect(arena.withName(at: place) { Array($0) } == name(index), "name \(index)")
+            #expect(name(index).withUnsafeBufferPointer { arena.holds($0, at: place) })
+        }
     }
 
     @Test func aVersionThatShrinksBelowTheSlotsLimitIsNotTakenFromTheSideTable() {
         var table = StreamTable()
         table["a"] = Self.entry(version: 1 << 40, tail: 1)
-        #expect(table["a"]?.version == 1 << 40)
+        #expect(Self.version(of: "a", in: table) == 1 << 40)
         table["a"] = Self.entry(version: 5, tail: 2)
-        #expect(table["a"]?.version == 5)
+        #expect(Self.version(of: "a", in: table) == 5)
         table["a"] = Self.entry(version: (1 << 24) - 1, tail: 3)
-        #expect(table["a"]?.version == (1 << 24) - 1)
+        #expect(Self.version(of: "a", in: table) == (1 << 24) - 1)
         #expect(table.count == 1)
     }
 }

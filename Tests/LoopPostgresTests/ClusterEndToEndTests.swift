@@ -300,7 +300,7 @@ extension ClusterEndToEndTests {
         // Both processes name their session 'effectloop node a': the old one is told apart by its pid.
         let named = "SELECT pid FROM pg_stat_activity WHERE application_name = 'effectloop node a'"
         let predecessor = try await Self.query(database, named)
-        #expect(Int(predecessor) != nil, "the first node has no single session: \(predecessor)")
+        try #require(Int(predecessor) != nil, "the first node has no single session: \(predecessor)")
         old.signal(SIGSTOP)
         let restarted = try Child(
             [

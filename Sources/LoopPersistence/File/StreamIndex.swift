@@ -84,7 +84,8 @@ enum StreamIndex {
 /// Every stream's entry, kept compact: a 16-byte slot per stream (its last record, its version, where
 /// its name is) and its name once, in tables split by hash into shards, so growing one never holds two
 /// copies of the whole index; snapshots and checkpoints, which most streams of an entity group never
-/// have, live in tables of their own.
+/// have, live in tables of their own, keyed by the name again. Names are compared as Swift compares
+/// strings, in every one of these tables.
 ///
 /// Measured on `loop-bench`'s w9 (a million streams of one event each): the index is most of the peak
 /// resident growth not owed to the live loops (see `Docs/Performance.md`).
@@ -104,11 +105,8 @@ struct StreamTable: Sendable {
 
     subscript(stream: String) -> StreamEntry? {
         get {
-            var name = stream
-            let head = name.withUTF8 { name in
-                let hash = HeadTable.hash(name)
-                return shards[hash & (Self.shardCount - 1)].value(for: name, hash: hash)
-            }
+            let hash = stream.hashValue
+            let head = shards[hash & (Self.shardCount - 1)].value(for: stream, hash: hash)
             // The side tables are empty in many stores (no snapshots, no compaction): no lookup then.
             let snapshot = snapshots.isEmpty ? nil : snapshots[stream]
             guard head != nil || snapshot != nil else { return nil }
@@ -123,16 +121,9 @@ struct StreamTable: Sendable {
         set {
             // Streams are never removed: a store only grows.
             guard let entry = newValue else { return }
-            var name = stream
-            let added = name.withUTF8 { name in
-                let hash = HeadTable.hash(name)
-                return shards[hash & (Self.shardCount - 1)].update(
-                    Head(version: entry.version, tail: entry.tail),
-                    for: name,
-                    hash: hash
-                )
-            }
-            if added { count += 1 }
+            let hash = stream.hashValue
+            let head = Head(version: entry.version, tail: entry.tail)
+            if shards[hash & (Self.shardCount - 1)].update(head, for: stream, hash: hash) { count += 1 }
             // A stream that was never relocated only gains snapshots and checkpoints: nothing to clear.
             // A relocated one (a chain start) may have dropped its old chain's checkpoints.
             if entry.chainStart == .none {
@@ -185,7 +176,7 @@ struct StreamTable: Sendable {
 /// One shard of the index: a hash table from stream names (their UTF-8 bytes) to heads, with linear
 /// probing, filled to at most 7/8 and grown by a quarter (so from 70% to 87.5% full).
 ///
-/// A slot is 16 bytes: the stream's last record, its version (below 2^24; a larger one is kept
+/// A slot is 16 bytes: the stream's last record, its version (below 2^24 - 1; a larger one is kept
 /// aside), 8 bits of its name's hash (so a probe past another stream rarely reads that stream's name)
 /// and where its name is in ``NameArena``, which keeps each name once. A `String` key and a value
 /// took 32 bytes a slot, and a name past 15 bytes an allocation of its own besides. The shards start
@@ -213,37 +204,40 @@ struct HeadTable: Sendable {
     /// The streams whose names the arena cannot hold (too long, or the arena is full).
     private var overflow: [String: StreamTable.Head] = [:]
 
-    /// Shard `shard` of ``StreamTable/shardCount``: its first capacity is spread between 16 and 20.
+    /// Shard `shard` of ``StreamTable/shardCount``: its first capacity is one of 16 to 19.
     init(shard: Int) {
         initialCapacity = 16 + 4 * shard / StreamTable.shardCount
     }
 
-    /// The hash of a name's UTF-8 bytes, the same for a name given as a `String` or read from the arena.
-    static func hash(_ name: UnsafeBufferPointer<UInt8>) -> Int {
-        var hasher = Hasher()
-        hasher.combine(bytes: UnsafeRawBufferPointer(name))
-        return hasher.finalize()
-    }
-
     private static func tag(_ hash: Int) -> UInt32 { UInt32(truncatingIfNeeded: hash >> 8) & 0xFF }
 
-    /// The slot holding `name`, or the empty slot where it would go.
-    private func slot(of name: UnsafeBufferPointer<UInt8>, hash: Int) -> Int {
+    /// The slot holding `stream` (whose hash is `hash`), or the empty slot where it would go.
+    private func slot(of stream: String, hash: Int) -> Int {
         let tag = Self.tag(hash)
         var index = Int(UInt64(bitPattern: Int64(hash)).multipliedFullWidth(by: UInt64(slots.count)).high)
-        while slots[index].name != Slot.empty.name {
-            let slot = slots[index]
-            if slot.versionAndTag & 0xFF == tag && names.holds(name, at: slot.name) { return index }
-            index += 1
-            if index == slots.count { index = 0 }
+        var stream = stream
+        return stream.withUTF8 { name in
+            while slots[index].name != Slot.empty.name {
+                let slot = slots[index]
+                if slot.versionAndTag & 0xFF == tag && names.holds(name, at: slot.name) { return index }
+                index += 1
+                if index == slots.count { index = 0 }
+            }
+            return index
         }
-        return index
     }
 
-    func value(for name: UnsafeBufferPointer<UInt8>, hash: Int) -> StreamTable.Head? {
-        if !overflow.isEmpty, let head = overflow[String(decoding: name, as: UTF8.self)] { return head }
+    /// Whether `stream` may be among the names the arena refused.
+    private func mayOverflow(_ stream: String) -> Bool {
+        !overflow.isEmpty && (stream.utf8.count > NameArena.longestName || names.isFull)
+    }
+
+    /// The head of `stream`, whose hash (`String`'s, so names Swift holds equal are one stream, as in
+    /// every other table of the store) is `hash`.
+    func value(for stream: String, hash: Int) -> StreamTable.Head? {
+        if mayOverflow(stream), let head = overflow[stream] { return head }
         guard !slots.isEmpty else { return nil }
-        let slot = slots[self.slot(of: name, hash: hash)]
+        let slot = slots[self.slot(of: stream, hash: hash)]
         guard slot.name != Slot.empty.name else { return nil }
         return StreamTable.Head(version: version(of: slot), tail: Location(packed: slot.tail))
     }
@@ -253,19 +247,20 @@ struct HeadTable: Sendable {
         return version == Slot.largeVersion ? largeVersions[slot.name] ?? 0 : UInt64(version)
     }
 
-    /// Sets the head of `name`; returns whether the name is new.
-    mutating func update(_ head: StreamTable.Head, for name: UnsafeBufferPointer<UInt8>, hash: Int) -> Bool {
-        if !overflow.isEmpty, overflow[String(decoding: name, as: UTF8.self)] != nil {
-            overflow[String(decoding: name, as: UTF8.self)] = head
+    /// Sets the head of `stream`, whose hash is `hash`; returns whether the stream is new.
+    mutating func update(_ head: StreamTable.Head, for stream: String, hash: Int) -> Bool {
+        if mayOverflow(stream), overflow[stream] != nil {
+            overflow[stream] = head
             return false
         }
         if (used + 1) * 8 > slots.count * 7 { grow() }
-        let index = slot(of: name, hash: hash)
+        let index = slot(of: stream, hash: hash)
         var slot = slots[index]
         let added = slot.name == Slot.empty.name
         if added {
-            guard let place = names.add(name) else {
-                overflow[String(decoding: name, as: UTF8.self)] = head
+            var name = stream
+            guard let place = name.withUTF8({ names.add($0) }) else {
+                overflow[stream] = head
                 return true
             }
             slot.name = place
@@ -299,7 +294,7 @@ struct HeadTable: Sendable {
         let old = slots
         slots = Array(repeating: .empty, count: max(initialCapacity, old.count + old.count / 4))
         for slot in old where slot.name != Slot.empty.name {
-            let hash = names.withName(at: slot.name) { Self.hash($0) }
+            let hash = names.withName(at: slot.name) { String(decoding: $0, as: UTF8.self).hashValue }
             var index = Int(UInt64(bitPattern: Int64(hash)).multipliedFullWidth(by: UInt64(slots.count)).high)
             while slots[index].name != Slot.empty.name {
                 index += 1
@@ -312,8 +307,8 @@ struct HeadTable: Sendable {
 
 /// Names kept once each, back to back in chunks of up to 64 KiB, each after its length (one byte below
 /// 128, two up to 32,767); a name's place is its chunk (bits 16-30) and its offset in it. A chunk grows
-/// by doubling until it is full, and is never copied after, so the arena holds at most one partly used
-/// chunk.
+/// by doubling up to 64 KiB and is never copied after; the next chunk starts when a name does not fit
+/// in the room left, so a chunk's unused end is shorter than the name that came next.
 ///
 /// A name that is a decimal number below 2^31 - 1 without leading zeros (`"0"`, `"42"`, `"123456"`: the
 /// stream name of an integer id, by default) takes no room in a chunk: its place is the number itself,
@@ -324,6 +319,16 @@ struct NameArena: Sendable {
     private static let number: UInt32 = 1 << 31
 
     private var chunks: [[UInt8]] = []
+    /// The most chunks kept (at most 32,767, so a place's top bit stays clear).
+    private let chunkLimit: Int
+
+    /// An empty arena of at most `chunkLimit` chunks (fewer only in tests).
+    init(chunkLimit: Int = 0x7FFF) {
+        self.chunkLimit = min(max(chunkLimit, 1), 0x7FFF)
+    }
+
+    /// Whether every chunk is taken: a name that does not fit in the last one is refused.
+    var isFull: Bool { chunks.count >= chunkLimit }
 
     /// The value of `name` if it is a decimal number kept in its place (see the type's comment).
     private static func number(_ name: UnsafeBufferPointer<UInt8>) -> UInt32? {
@@ -338,14 +343,14 @@ struct NameArena: Sendable {
     }
 
     /// Keeps `name`; its place, or `nil` if the arena cannot hold it (longer than ``longestName`` bytes,
-    /// or 32,767 chunks full).
+    /// or every chunk full).
     mutating func add(_ name: UnsafeBufferPointer<UInt8>) -> UInt32? {
         if let number = Self.number(name) { return Self.number | number }
         guard name.count <= Self.longestName else { return nil }
         let length = name.count < 0x80 ? 1 : 2
         let needed = length + name.count
         if chunks.isEmpty || chunks[chunks.count - 1].count + needed > Self.chunkSize {
-            guard chunks.count < 0x7FFF else { return nil }
+            guard !isFull else { return nil }
             chunks.append([])
         }
         let last = chunks.count - 1
@@ -386,9 +391,15 @@ struct NameArena: Sendable {
         }
     }
 
-    /// Whether the name at `place` is `name`.
+    /// Whether the name at `place` is `name`: the same bytes, or the same text as Swift compares strings
+    /// (`"é"` as one scalar or as `e` and an accent), as every other table of the store keys streams.
     func holds(_ name: UnsafeBufferPointer<UInt8>, at place: UInt32) -> Bool {
+        // A decimal number is ASCII digits, which no other text is canonically equivalent to.
         if place & Self.number != 0 { return Self.number(name) == place & ~Self.number }
-        return withName(at: place) { kept in kept.count == name.count && kept.elementsEqual(name) }
+        return withName(at: place) { kept in
+            if kept.count == name.count && kept.elementsEqual(name) { return true }
+            guard kept.contains(where: { $0 >= 0x80 }) || name.contains(where: { $0 >= 0x80 }) else { return false }
+            return String(decoding: kept, as: UTF8.self) == String(decoding: name, as: UTF8.self)
+        }
     }
 }
