@@ -211,17 +211,24 @@ struct HeadTable: Sendable {
 
     private static func tag(_ hash: Int) -> UInt32 { UInt32(truncatingIfNeeded: hash >> 8) & 0xFF }
 
+    /// The first slot a name of hash `hash` may be in: its place in the table's range.
+    private func home(_ hash: Int) -> Int {
+        Int(UInt64(bitPattern: Int64(hash)).multipliedFullWidth(by: UInt64(slots.count)).high)
+    }
+
+    /// The slot probed after `index`, wrapping at the table's end.
+    private func next(_ index: Int) -> Int { index + 1 == slots.count ? 0 : index + 1 }
+
     /// The slot holding `stream` (whose hash is `hash`), or the empty slot where it would go.
     private func slot(of stream: String, hash: Int) -> Int {
         let tag = Self.tag(hash)
-        var index = Int(UInt64(bitPattern: Int64(hash)).multipliedFullWidth(by: UInt64(slots.count)).high)
+        var index = home(hash)
         var stream = stream
         return stream.withUTF8 { name in
             while slots[index].name != Slot.empty.name {
                 let slot = slots[index]
                 if slot.versionAndTag & 0xFF == tag && names.holds(name, at: slot.name) { return index }
-                index += 1
-                if index == slots.count { index = 0 }
+                index = next(index)
             }
             return index
         }
@@ -294,12 +301,8 @@ struct HeadTable: Sendable {
         let old = slots
         slots = Array(repeating: .empty, count: max(initialCapacity, old.count + old.count / 4))
         for slot in old where slot.name != Slot.empty.name {
-            let hash = names.withName(at: slot.name) { String(decoding: $0, as: UTF8.self).hashValue }
-            var index = Int(UInt64(bitPattern: Int64(hash)).multipliedFullWidth(by: UInt64(slots.count)).high)
-            while slots[index].name != Slot.empty.name {
-                index += 1
-                if index == slots.count { index = 0 }
-            }
+            var index = home(names.withName(at: slot.name) { String(decoding: $0, as: UTF8.self).hashValue })
+            while slots[index].name != Slot.empty.name { index = next(index) }
             slots[index] = slot
         }
     }
