@@ -122,6 +122,57 @@ import Testing
         }
     }
 
+    /// Paths deeper than one key are named in full: through arrays, an enum's payload, a dictionary
+    /// and a superclass's part (the decoder keeps a value's last keys apart from the array of the
+    /// others until an error or a nested container needs them).
+    @Test func deepPathsAreNamed() throws {
+        struct Count<Number: Codable>: Codable { var count: Number }
+        enum Step<Number: Codable>: Codable {
+            case run(Count<Number>)
+            case wait
+        }
+        struct Job<Number: Codable>: Codable {
+            var steps: [Step<Number>]
+            var byName: [String: Count<Number>]
+        }
+        struct Plan<Number: Codable>: Codable { var jobs: [Job<Number>] }
+        func plan<Number>(_ number: Number) -> Plan<Number> {
+            let step = Step.run(Count(count: number))
+            return Plan(jobs: [
+                Job(steps: [.wait], byName: [:]), Job(steps: [.wait, step], byName: ["x": Count(count: number)]),
+            ])
+        }
+        let wrong = try BinaryCodec<Plan<String>>().encode(plan("two"))
+        #expect(
+            throws: CodecError("cannot decode Plan<Int>: jobs.1.steps.1.run._0.count: expected Int, found a string")
+        ) {
+            try BinaryCodec<Plan<Int>>().decode(wrong)
+        }
+        struct NoCount: Codable { var other: Int }
+        let missing = try BinaryCodec<[String: NoCount]>().encode(["x": NoCount(other: 1)])
+        #expect(throws: CodecError("cannot decode Dictionary<String, Count<Int>>: x: no value for 'count'")) {
+            try BinaryCodec<[String: Count<Int>]>().decode(missing)
+        }
+        let twoCases = try BinaryCodec<[[String: [String: Int]]]>().encode([["run": [:], "wait": [:]]])
+        #expect(
+            throws: CodecError(
+                "cannot decode Array<Step<Int>>: 0: expected Step<Int>, Invalid number of keys found, expected one."
+            )
+        ) { try BinaryCodec<[Step<Int>]>().decode(twoCases) }
+        let deepMissing = try BinaryCodec<[[String: [String: NoCount]]]>().encode([["run": ["_0": NoCount(other: 2)]]])
+        #expect(throws: CodecError("cannot decode Array<Step<Int>>: 0.run._0: no value for 'count'")) {
+            try BinaryCodec<[Step<Int>]>().decode(deepMissing)
+        }
+        let tooBig = try BinaryCodec<[[String: [String: [String: Int]]]]>().encode([["a": ["b": ["count": 300]]]])
+        #expect(
+            throws: CodecError(
+                "cannot decode Array<Dictionary<String, Dictionary<String, Count<UInt8>>>>: 0.a.b.count: 300 does not fit in UInt8"
+            )
+        ) {
+            try BinaryCodec<[[String: [String: Count<UInt8>]]]>().decode(tooBig)
+        }
+    }
+
     class Base: Codable {
         var id: Int
         init(id: Int) { self.id = id }
