@@ -1,6 +1,9 @@
 /// Where a durable loop keeps its events: streams of encoded events, each named by a string, appended
 /// to with optimistic concurrency, read back in order, with the latest snapshot of each.
 ///
+/// A stream's name is compared as Swift compares strings: two spellings of one text (`"é"` as one
+/// scalar, or as `e` and a combining accent) name one stream, as they are one key of a dictionary.
+///
 /// The store deals in bytes; an ``EventCodec`` turns events and states into them. Every store passes
 /// the same conformance suite (`EventStoreConformance` in LoopTesting): order, conflicts, concurrent
 /// writers, reads during writes, snapshots, and paged reads that keep memory bounded.

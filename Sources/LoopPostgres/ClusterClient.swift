@@ -219,10 +219,13 @@ public final class ClusterClient<Event: Sendable>: Sendable {
         decode: @escaping @Sendable ([UInt8]) -> Result<Value, RequestError>
     ) async throws(RequestError) -> Value {
         if Task.isCancelled { throw .cancelled }
-        if let key, let problem = KeyLimits.problem(with: key) { throw .invalid(problem) }
+        // As the database keeps them: two spellings of one name (or key) are one entity (one request).
+        let entity = StreamName.canonical(entity)
+        let asked = key.map(StreamName.canonical)
+        if let key = asked, let problem = KeyLimits.problem(with: key) { throw .invalid(problem) }
         // PostgreSQL's text holds no NUL: such a key would fail the statement of every request sent with it.
-        if let key, key.utf8.contains(0) { throw .invalid("a key with a NUL character") }
-        let key = key ?? "effectloop-" + String(UInt64.random(in: 1...UInt64.max), radix: 16)
+        if let key = asked, key.utf8.contains(0) { throw .invalid("a key with a NUL character") }
+        let key = asked ?? "effectloop-" + String(UInt64.random(in: 1...UInt64.max), radix: 16)
         let outgoing: ClientOutgoing
         do {
             let placeholder = try events.encode(make(ReplyTo(id: 0)))

@@ -198,7 +198,7 @@ public final class PostgresEventStore: EventStore {
         let events = try await reading(stream, "read events") { connection throws(PostgresError) in
             let rows = try connection.execute(
                 "SELECT version, payload FROM \(table) WHERE stream = $1 AND version > $2 ORDER BY version LIMIT $3",
-                [.text(stream), .int(Int64(clamping: version)), .int(Int64(limit))],
+                [.stream(stream), .int(Int64(clamping: version)), .int(Int64(limit))],
                 prepared: true
             )
             var events: [StoredEvent] = []
@@ -225,7 +225,7 @@ public final class PostgresEventStore: EventStore {
         return try await reading(stream, "read the stream's version") { connection throws(PostgresError) in
             let rows = try connection.execute(
                 "SELECT coalesce(max(version), 0)::bigint FROM \(table) WHERE stream = $1",
-                [.text(stream)],
+                [.stream(stream)],
                 prepared: true
             )
             return try rows.version(0, 0)
@@ -250,7 +250,7 @@ public final class PostgresEventStore: EventStore {
                 WHERE NOT EXISTS (SELECT 1 FROM \(table) WHERE stream = $1 AND version >= $2)
                 ON CONFLICT (stream, version) DO NOTHING
                 """,
-                [.text(snapshot.stream), .int(Int64(clamping: snapshot.version)), .bytes(snapshot.payload)]
+                [.stream(snapshot.stream), .int(Int64(clamping: snapshot.version)), .bytes(snapshot.payload)]
             )
             // The latest `tracked` snapshots stay (one when every event is kept, as before retention).
             try connection.execute(
@@ -259,7 +259,7 @@ public final class PostgresEventStore: EventStore {
                     SELECT version FROM \(table) WHERE stream = $1 ORDER BY version DESC OFFSET $2 LIMIT 1
                 )
                 """,
-                [.text(snapshot.stream), .int(Int64(tracked - 1))]
+                [.stream(snapshot.stream), .int(Int64(tracked - 1))]
             )
             guard keep > 0 else { return }
             let kept = try Self.retainedAfter(snapshot.stream, keep: keep, in: table, on: connection)
@@ -276,7 +276,7 @@ public final class PostgresEventStore: EventStore {
                     DELETE FROM \(events) WHERE stream = $1 AND version IN (SELECT version FROM gone)
                     RETURNING 1
                     """,
-                    [.text(snapshot.stream), .int(Int64(clamping: kept))]
+                    [.stream(snapshot.stream), .int(Int64(clamping: kept))]
                 )
                 guard deleted.rows.count == Self.deletionsPerStatement else { break }
             }
@@ -296,7 +296,7 @@ public final class PostgresEventStore: EventStore {
     ) throws(PostgresError) -> UInt64 {
         let rows = try connection.execute(
             "SELECT version FROM \(snapshots) WHERE stream = $1 ORDER BY version DESC OFFSET $2 LIMIT 1",
-            [.text(stream), .int(Int64(keep - 1))]
+            [.stream(stream), .int(Int64(keep - 1))]
         )
         return rows.rows.isEmpty ? 0 : try rows.version(0, 0)
     }
@@ -307,7 +307,7 @@ public final class PostgresEventStore: EventStore {
         return try await reading(stream, "read the latest snapshot") { connection throws(PostgresError) in
             let rows = try connection.execute(
                 "SELECT version, payload FROM \(table) WHERE stream = $1 ORDER BY version DESC LIMIT 1",
-                [.text(stream)],
+                [.stream(stream)],
                 prepared: true
             )
             guard !rows.rows.isEmpty else { return nil }
@@ -322,7 +322,7 @@ public final class PostgresEventStore: EventStore {
         return try await reading(after, "list the streams") { connection throws(PostgresError) in
             let rows = try connection.execute(
                 "SELECT DISTINCT stream FROM \(table) WHERE stream > $1 ORDER BY stream LIMIT $2",
-                [.text(after), .int(Int64(max(0, limit)))]
+                [.stream(after), .int(Int64(max(0, limit)))]
             )
             var names: [String] = []
             for row in rows.rows.indices { names.append(try rows.text(row, 0)) }
@@ -345,7 +345,7 @@ public final class PostgresEventStore: EventStore {
     /// Writes `batch` in one transaction; each append's result, in order.
     private func commit(_ batch: [PendingAppend]) -> [Result<UInt64, EventStoreError>] {
         let requests = batch.map {
-            PostgresBatch.Append(stream: $0.stream, expected: $0.expected, payloads: $0.payloads)
+            PostgresBatch.Append(stream: StreamName.canonical($0.stream), expected: $0.expected, payloads: $0.payloads)
         }
         let schema = self.schema
         batches.add(1, ordering: .relaxed)
@@ -396,12 +396,14 @@ public final class PostgresEventStore: EventStore {
     public static let maximumStreamBytes = 1_024
 
     /// Why the store would refuse `payloads` for `stream`, or `nil` if it takes them: a name with a NUL
-    /// or longer than ``maximumStreamBytes``, or an event over 256 MiB. The cluster's nodes check inbox
+    /// or longer than ``maximumStreamBytes`` (composed, as the store keeps it), or an event over 256 MiB. The cluster's nodes check inbox
     /// rows with it too, so such a row is dead-lettered rather than failing its batch.
     public static func problem(with payloads: [[UInt8]], stream: String) -> String? {
         if stream.utf8.contains(0) { return "a stream name with a NUL character" }
-        if stream.utf8.count > maximumStreamBytes {
-            return "a stream name of \(stream.utf8.count) bytes, past the limit of \(maximumStreamBytes)"
+        // Measured as the database keeps it, composed (which can be longer or shorter).
+        let stored = StreamName.canonical(stream).utf8.count
+        if stored > maximumStreamBytes {
+            return "a stream name of \(stored) bytes, past the limit of \(maximumStreamBytes)"
         }
         if let large = payloads.first(where: { $0.count > largestPayload }) {
             return "an event of \(large.count) bytes, more than the \(largestPayload) bytes the store takes"

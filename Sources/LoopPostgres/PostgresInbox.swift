@@ -51,7 +51,7 @@ public final class PostgresInbox: Sendable {
             return try await worker.run { connection throws(PostgresError) in
                 let rows = try connection.execute(
                     "INSERT INTO \(table) (stream, payload) VALUES ($1, $2) RETURNING id",
-                    [.text(stream), .bytes(payload)]
+                    [.stream(stream), .bytes(payload)]
                 )
                 return try rows.int(0, 0)
             }
@@ -70,7 +70,7 @@ public final class PostgresInbox: Sendable {
             }
         }
         let table = "\(schema).inbox"
-        let batch = rows.map { PostgresValue.text($0.stream) } + rows.map { PostgresValue.bytes($0.payload) }
+        let batch = rows.map { PostgresValue.stream($0.stream) } + rows.map { PostgresValue.bytes($0.payload) }
         let count = rows.count
         do {
             _ = try await worker.run { connection throws(PostgresError) in

@@ -132,6 +132,53 @@ package enum PostgresSchema {
                 """,
                 "CREATE INDEX replies_by_age ON \(schema).replies (asked_at)",
             ],
+            // Stream names composed (NFC), as Swift compares strings and as the library sends them since
+            // (`StreamName`): the inbox's trigger composes the names of rows a program inserts itself,
+            // and names stored in another spelling are composed once. Streams whose names are one text
+            // in several spellings cannot be made one: the step refuses, naming them. A database whose
+            // encoding is not UTF-8 cannot compose: its rows stay as they were written.
+            [
+                """
+                CREATE OR REPLACE FUNCTION \(schema).inbox_route() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF current_setting('server_encoding') = 'UTF8' AND NEW.stream IS NOT NFC NORMALIZED THEN
+                        NEW.stream := normalize(NEW.stream, NFC);
+                    END IF;
+                    NEW.shard := \(schema).shard_of(NEW.stream, 64);
+                    RETURN NEW;
+                END $$
+                """,
+                """
+                DO $$
+                DECLARE
+                    clash text;
+                BEGIN
+                    IF current_setting('server_encoding') <> 'UTF8' THEN
+                        RETURN;
+                    END IF;
+                    SELECT string_agg(quote_literal(odd.name), ', ') INTO clash FROM (
+                        SELECT normalize(stream, NFC) AS name, count(DISTINCT stream) AS spellings
+                        FROM \(schema).events WHERE stream IS NOT NFC NORMALIZED GROUP BY 1
+                    ) odd
+                    WHERE odd.spellings > 1 OR EXISTS (SELECT 1 FROM \(schema).events f WHERE f.stream = odd.name);
+                    IF clash IS NOT NULL THEN
+                        RAISE EXCEPTION 'streams stored under several spellings of one name (%): keep one spelling of each, then upgrade', clash;
+                    END IF;
+                    UPDATE \(schema).events SET stream = normalize(stream, NFC) WHERE stream IS NOT NFC NORMALIZED;
+                    UPDATE \(schema).snapshots SET stream = normalize(stream, NFC) WHERE stream IS NOT NFC NORMALIZED;
+                    INSERT INTO \(schema).awake (stream, shard)
+                    SELECT normalize(stream, NFC), \(schema).shard_of(normalize(stream, NFC), 64)
+                    FROM \(schema).awake WHERE stream IS NOT NFC NORMALIZED
+                    ON CONFLICT DO NOTHING;
+                    DELETE FROM \(schema).awake WHERE stream IS NOT NFC NORMALIZED;
+                    UPDATE \(schema).inbox SET stream = normalize(stream, NFC),
+                        shard = \(schema).shard_of(normalize(stream, NFC), 64)
+                    WHERE stream IS NOT NFC NORMALIZED;
+                    UPDATE \(schema).inbox_dead SET stream = normalize(stream, NFC) WHERE stream IS NOT NFC NORMALIZED;
+                    UPDATE \(schema).replies SET stream = normalize(stream, NFC) WHERE stream IS NOT NFC NORMALIZED;
+                END $$
+                """,
+            ],
         ]
     }
 

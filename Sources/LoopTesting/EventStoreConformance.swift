@@ -89,6 +89,7 @@ public struct EventStoreConformance: Sendable {
             Check(name: "appends are read back in order", body: Self.appendsReadBackInOrder),
             Check(name: "a stale append conflicts and writes nothing", body: Self.staleAppendConflicts),
             Check(name: "streams are independent", body: Self.streamsAreIndependent),
+            Check(name: "a name's spellings are one stream", body: Self.spellingsAreOneStream),
             Check(name: "concurrent writers append every event exactly once", body: Self.concurrentWriters),
             Check(name: "reads during writes see a prefix", body: Self.readsDuringWrites),
             Check(name: "the latest snapshot wins", body: Self.snapshots),
@@ -224,6 +225,36 @@ public struct EventStoreConformance: Sendable {
         let a = try await store.read("a", after: 0, limit: 10).map(\.payload)
         let b = try await store.read("b", after: 0, limit: 10).map(\.payload)
         expect(a == [payload(1)] && b == [payload(2), payload(3)], "a \(a), b \(b)", into: &failures)
+        return failures
+    }
+
+    /// Names that Swift holds equal are one stream, as they are one key of the `[String: …]` tables a
+    /// program keeps and one entity of a `LoopGroup` keyed by strings: "é" written as one scalar or as
+    /// "e" and a combining accent, "K" and the Kelvin sign. A store that kept them apart would split one
+    /// entity's events between two streams, and recover it from one of them.
+    static func spellingsAreOneStream(_ store: any EventStore) async throws -> [String] {
+        var failures: [String] = []
+        let composed = "caf\u{E9}-\u{212B}-K"  // é as one scalar, the angstrom sign, K
+        let decomposed = "cafe\u{301}-A\u{30A}-\u{212A}"  // e + accent, A + ring, the Kelvin sign
+        _ = try await store.append([payload(1)], to: composed, expecting: 0)
+        do {
+            _ = try await store.append([payload(2)], to: decomposed, expecting: 1)
+        } catch {
+            failures.append("appending under the other spelling at version 1 failed: \(error)")
+        }
+        let read = try await store.read(composed, after: 0, limit: 10).map(\.payload)
+        expect(read == [payload(1), payload(2)], "one spelling reads \(read)", into: &failures)
+        let version = try await store.version(of: decomposed)
+        expect(version == 2, "the other spelling is at version \(version)", into: &failures)
+        try await store.save(Snapshot(stream: decomposed, version: 2, payload: [2]))
+        let snapshot = try await store.latestSnapshot(of: composed)
+        expect(
+            snapshot?.version == 2 && snapshot?.payload == [2],
+            "its snapshot is \(String(describing: snapshot))",
+            into: &failures
+        )
+        let plain = try await store.version(of: "cafe-A-K")
+        expect(plain == 0, "the name without accents (another text) is at version \(plain)", into: &failures)
         return failures
     }
 

@@ -118,6 +118,33 @@ struct ClusterRequestTests {
         }
     }
 
+    /// Two spellings of one entity's name, and of one key ("é" as one scalar or as "e" and an accent):
+    /// one entity, one stream, and the second request a repeat of the first, answered and not applied.
+    @Test func twoSpellingsOfANameAndOfAKeyAreOneEntityAndOneRequest() async throws {
+        try await Self.withNode { database, node, client in
+            let first = try await client.request(to: "caf\u{E9}", key: "r\u{E9}sum\u{E9}", timeout: .seconds(30)) {
+                .add(5, replyTo: $0)
+            }
+            let again = try await client.request(to: "cafe\u{301}", key: "re\u{301}sume\u{301}", timeout: .seconds(30))
+            {
+                .add(5, replyTo: $0)
+            }
+            let other = try await client.request(to: "cafe\u{301}", key: "other", timeout: .seconds(30)) {
+                .add(2, replyTo: $0)
+            }
+            #expect(first == 5 && again == 5 && other == 7)
+            #expect(
+                try await Tests.query(
+                    database,
+                    // The bytes: comparing the strings would hold for either spelling.
+                    "SELECT encode(convert_to(string_agg(DISTINCT stream, ','), 'UTF8'), 'hex') || ':' || count(*) FROM effectloop.events"
+                )
+                    == "636166c3a9:2"
+            )
+            #expect(node.state(of: "cafe\u{301}") == 7)
+        }
+    }
+
     /// Eight callers repeating one key at once (in one client and in two): applied once, one answer.
     @Test func concurrentRepeatsOfAKeyApplyOnceAndGetOneAnswer() async throws {
         try await Self.withNode { database, node, client in
