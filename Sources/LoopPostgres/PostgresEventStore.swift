@@ -396,8 +396,9 @@ public final class PostgresEventStore: EventStore {
     public static let maximumStreamBytes = 1_024
 
     /// Why the store would refuse `payloads` for `stream`, or `nil` if it takes them: a name with a NUL
-    /// or longer than ``maximumStreamBytes`` (composed, as the store keeps it), or an event over 256 MiB. The cluster's nodes check inbox
-    /// rows with it too, so such a row is dead-lettered rather than failing its batch.
+    /// or longer than ``maximumStreamBytes`` (composed, as the store keeps it), or an event over 256
+    /// MiB. The cluster's nodes check inbox rows with it too, so such a row is dead-lettered rather than
+    /// failing its batch.
     public static func problem(with payloads: [[UInt8]], stream: String) -> String? {
         if stream.utf8.contains(0) { return "a stream name with a NUL character" }
         // Measured as the database keeps it, composed (which can be longer or shorter).

@@ -141,8 +141,12 @@ package enum PostgresSchema {
                 """
                 CREATE OR REPLACE FUNCTION \(schema).inbox_route() RETURNS trigger LANGUAGE plpgsql AS $$
                 BEGIN
-                    IF current_setting('server_encoding') = 'UTF8' AND NEW.stream IS NOT NFC NORMALIZED THEN
-                        NEW.stream := normalize(NEW.stream, NFC);
+                    -- Nested: SQL does not promise to evaluate `AND` left to right, and the test fails
+                    -- outside UTF-8.
+                    IF current_setting('server_encoding') = 'UTF8' THEN
+                        IF NEW.stream IS NOT NFC NORMALIZED THEN
+                            NEW.stream := normalize(NEW.stream, NFC);
+                        END IF;
                     END IF;
                     NEW.shard := \(schema).shard_of(NEW.stream, 64);
                     RETURN NEW;

@@ -234,20 +234,20 @@ public struct EventStoreConformance: Sendable {
     /// entity's events between two streams, and recover it from one of them.
     static func spellingsAreOneStream(_ store: any EventStore) async throws -> [String] {
         var failures: [String] = []
-        let composed = "caf\u{E9}-\u{212B}-K"  // é as one scalar, the angstrom sign, K
-        let decomposed = "cafe\u{301}-A\u{30A}-\u{212A}"  // e + accent, A + ring, the Kelvin sign
-        _ = try await store.append([payload(1)], to: composed, expecting: 0)
+        let one = "caf\u{E9}-\u{212B}-K"  // é as one scalar, the angstrom sign, K
+        let other = "cafe\u{301}-A\u{30A}-\u{212A}"  // e + accent, A + ring, the Kelvin sign
+        _ = try await store.append([payload(1)], to: one, expecting: 0)
         do {
-            _ = try await store.append([payload(2)], to: decomposed, expecting: 1)
+            _ = try await store.append([payload(2)], to: other, expecting: 1)
         } catch {
             failures.append("appending under the other spelling at version 1 failed: \(error)")
         }
-        let read = try await store.read(composed, after: 0, limit: 10).map(\.payload)
+        let read = try await store.read(one, after: 0, limit: 10).map(\.payload)
         expect(read == [payload(1), payload(2)], "one spelling reads \(read)", into: &failures)
-        let version = try await store.version(of: decomposed)
+        let version = try await store.version(of: other)
         expect(version == 2, "the other spelling is at version \(version)", into: &failures)
-        try await store.save(Snapshot(stream: decomposed, version: 2, payload: [2]))
-        let snapshot = try await store.latestSnapshot(of: composed)
+        try await store.save(Snapshot(stream: other, version: 2, payload: [2]))
+        let snapshot = try await store.latestSnapshot(of: one)
         expect(
             snapshot?.version == 2 && snapshot?.payload == [2],
             "its snapshot is \(String(describing: snapshot))",
