@@ -1452,25 +1452,37 @@ public final class FileEventStore: AppendingWithCompletion {
 
     // MARK: Reading
 
+    /// How many bytes a record's first read asks for: its header and, for most events, all of it, so a
+    /// record costs one `pread`, not one for its header and one for the rest.
+    static let firstRead = 256
+
     private func readRecord(at location: Location, segments: [Int32]) throws(EventStoreError) -> LogRecord {
         guard location.segment < segments.count else { throw corruption(at: location, "no such log file") }
         let descriptor = segments[location.segment]
-        let path = Self.path(of: location.segment, in: directory)
-        let header = try Files.readBytes(descriptor, count: RecordFrame.headerSize, at: location.offset, path: path)
-        guard header.count == RecordFrame.headerSize else {
+        let directory = self.directory
+        var bytes = try Files.readBytes(
+            descriptor,
+            count: Self.firstRead,
+            at: location.offset,
+            path: Self.path(of: location.segment, in: directory)
+        )
+        guard bytes.count >= RecordFrame.headerSize else {
             throw corruption(at: location, "the file ends in a header")
         }
-        let length = RecordFrame.declaredLength(header)
+        let length = RecordFrame.declaredLength(bytes)
         guard length <= RecordFrame.maximumPayload else {
             throw corruption(at: location, "a length of \(length) bytes")
         }
-        let rest = try Files.readBytes(
-            descriptor,
-            count: length,
-            at: location.offset + RecordFrame.headerSize,
-            path: path
-        )
-        guard case .record(let payload, _) = RecordFrame.read(header + rest, at: 0) else {
+        let total = RecordFrame.headerSize + length
+        if bytes.count < total {
+            bytes += try Files.readBytes(
+                descriptor,
+                count: total - bytes.count,
+                at: location.offset + bytes.count,
+                path: Self.path(of: location.segment, in: directory)
+            )
+        }
+        guard case .record(let payload, _) = RecordFrame.read(bytes, at: 0) else {
             throw corruption(at: location, "the record is incomplete or fails its checksum")
         }
         do {

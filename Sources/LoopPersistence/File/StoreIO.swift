@@ -66,7 +66,7 @@ enum Files {
         _ descriptor: Int32,
         count: Int,
         at offset: Int,
-        path: String
+        path: @autoclosure () -> String
     ) throws(EventStoreError) -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: count)
         var done = 0
@@ -76,7 +76,7 @@ enum Files {
             }
             if got < 0 {
                 if errno == EINTR { continue }
-                throw error("read \(path) at offset \(offset)")
+                throw error("read \(path()) at offset \(offset)")
             }
             if got == 0 { break }
             done += got
