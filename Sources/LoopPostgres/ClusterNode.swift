@@ -1047,6 +1047,21 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 )
             }
         }
+        // A row a program inserted itself under another spelling of its stream's name than the composed
+        // one the library sends: its shard is that spelling's, and the entity's events go to the
+        // composed name's, which may be another node's. Moved there (and the nodes woken), not taken.
+        let strays = rows.filter { !StreamName.isCanonical($0.stream) }
+        if !strays.isEmpty {
+            try connection.execute(
+                """
+                UPDATE \(schema).inbox i SET stream = v.stream, shard = \(schema).shard_of(v.stream, 64)
+                FROM unnest($1::bigint[], $2::text[]) AS v (id, stream) WHERE i.id = v.id
+                """,
+                [.ints(strays.map(\.id)), .texts(strays.map { StreamName.canonical($0.stream) })]
+            )
+            try connection.execute("SELECT pg_notify($1, '')", [.text(PostgresSchema.inboxChannel(schema))])
+            rows.removeAll { !StreamName.isCanonical($0.stream) }
+        }
         var marked: [(String, Int)] = []
         var seen: Set<String> = []
         for row in rows where !known.contains(row.stream) && seen.insert(row.stream).inserted {

@@ -133,56 +133,10 @@ package enum PostgresSchema {
                 "CREATE INDEX replies_by_age ON \(schema).replies (asked_at)",
             ],
             // Stream names composed (NFC), as Swift compares strings and as the library sends them since
-            // (`StreamName`): the inbox's trigger composes the names of rows a program inserts itself,
-            // and names stored in another spelling are composed once. Streams whose names are one text
-            // in several spellings cannot be made one: the step refuses, naming them. A database whose
-            // encoding is not UTF-8 cannot compose: its rows stay as they were written.
-            [
-                """
-                CREATE OR REPLACE FUNCTION \(schema).inbox_route() RETURNS trigger LANGUAGE plpgsql AS $$
-                BEGIN
-                    -- Nested: SQL does not promise to evaluate `AND` left to right, and the test fails
-                    -- outside UTF-8.
-                    IF current_setting('server_encoding') = 'UTF8' THEN
-                        IF NEW.stream IS NOT NFC NORMALIZED THEN
-                            NEW.stream := normalize(NEW.stream, NFC);
-                        END IF;
-                    END IF;
-                    NEW.shard := \(schema).shard_of(NEW.stream, 64);
-                    RETURN NEW;
-                END $$
-                """,
-                """
-                DO $$
-                DECLARE
-                    clash text;
-                BEGIN
-                    IF current_setting('server_encoding') <> 'UTF8' THEN
-                        RETURN;
-                    END IF;
-                    SELECT string_agg(quote_literal(odd.name), ', ') INTO clash FROM (
-                        SELECT normalize(stream, NFC) AS name, count(DISTINCT stream) AS spellings
-                        FROM \(schema).events WHERE stream IS NOT NFC NORMALIZED GROUP BY 1
-                    ) odd
-                    WHERE odd.spellings > 1 OR EXISTS (SELECT 1 FROM \(schema).events f WHERE f.stream = odd.name);
-                    IF clash IS NOT NULL THEN
-                        RAISE EXCEPTION 'streams stored under several spellings of one name (%): keep one spelling of each, then upgrade', clash;
-                    END IF;
-                    UPDATE \(schema).events SET stream = normalize(stream, NFC) WHERE stream IS NOT NFC NORMALIZED;
-                    UPDATE \(schema).snapshots SET stream = normalize(stream, NFC) WHERE stream IS NOT NFC NORMALIZED;
-                    INSERT INTO \(schema).awake (stream, shard)
-                    SELECT normalize(stream, NFC), \(schema).shard_of(normalize(stream, NFC), 64)
-                    FROM \(schema).awake WHERE stream IS NOT NFC NORMALIZED
-                    ON CONFLICT DO NOTHING;
-                    DELETE FROM \(schema).awake WHERE stream IS NOT NFC NORMALIZED;
-                    UPDATE \(schema).inbox SET stream = normalize(stream, NFC),
-                        shard = \(schema).shard_of(normalize(stream, NFC), 64)
-                    WHERE stream IS NOT NFC NORMALIZED;
-                    UPDATE \(schema).inbox_dead SET stream = normalize(stream, NFC) WHERE stream IS NOT NFC NORMALIZED;
-                    UPDATE \(schema).replies SET stream = normalize(stream, NFC) WHERE stream IS NOT NFC NORMALIZED;
-                END $$
-                """,
-            ],
+            // (`StreamName`): names stored in another spelling by a release before are composed, by
+            // ``composeStoredNames(_:on:)`` (in Swift, with the tables the library composes by, in any
+            // encoding: PostgreSQL's own `normalize` may know an older Unicode, and only UTF-8).
+            [],
         ]
     }
 
@@ -210,6 +164,75 @@ package enum PostgresSchema {
         """
     }
 
+    /// The version from which stream names are stored composed.
+    static let composedNames = 7
+
+    /// The tables that hold stream names.
+    static let tablesNamingStreams = ["events", "snapshots", "awake", "inbox", "inbox_dead", "replies"]
+
+    /// Composes the names of streams stored in another spelling (by a release before names were
+    /// composed), in every table that names streams. Two or more spellings of one name that each have
+    /// events are two streams that cannot be made one: refused, naming them, and nothing is changed
+    /// (the caller's transaction is rolled back).
+    static func composeStoredNames(_ schema: String, on connection: PostgresConnection) throws(PostgresError) {
+        // ASCII names are composed already: only the others are read (a regular expression on bytes,
+        // which works in any encoding).
+        let union = tablesNamingStreams.map { "SELECT stream FROM \(schema).\($0) WHERE stream ~ '[^\\x01-\\x7f]'" }
+            .joined(separator: " UNION ")
+        let found = try connection.execute(union)
+        // Keyed by the composed name: a `String` key holds every spelling of it as one.
+        var spellings: [String: [String]] = [:]
+        for index in found.rows.indices {
+            let name = try found.text(index, 0)
+            guard !StreamName.isCanonical(name) else { continue }
+            spellings[StreamName.canonical(name), default: []].append(name)
+        }
+        let renames = spellings.map { (composed: StreamName.canonical($0.key), names: $0.value) }
+            .sorted { $0.composed.utf8.lexicographicallyPrecedes($1.composed.utf8) }
+        var clashes: [String] = []
+        for rename in renames {
+            let streams = try connection.execute(
+                "SELECT count(DISTINCT stream)::bigint FROM \(schema).events WHERE stream = ANY($1::text[])",
+                [.texts(rename.names + [rename.composed])]
+            )
+            if try streams.int(0, 0) > 1 { clashes.append("'\(rename.composed)'") }
+        }
+        guard clashes.isEmpty else {
+            throw PostgresError(
+                .statement,
+                message:
+                    "schema \(schema): streams stored under several spellings of one name (\(clashes.joined(separator: ", "))): keep one spelling of each, then upgrade"
+            )
+        }
+        for rename in renames {
+            for name in rename.names {
+                let names: [PostgresValue] = [.text(name), .text(rename.composed)]
+                for table in ["events", "snapshots", "inbox_dead", "replies"] {
+                    try connection.execute(
+                        "UPDATE \(schema).\(table) SET stream = $2::text WHERE stream = $1::text",
+                        names
+                    )
+                }
+                try connection.execute(
+                    """
+                    UPDATE \(schema).inbox SET stream = $2::text, shard = \(schema).shard_of($2::text, 64)
+                    WHERE stream = $1::text
+                    """,
+                    names
+                )
+                try connection.execute(
+                    """
+                    INSERT INTO \(schema).awake (stream, shard)
+                    SELECT $2::text, \(schema).shard_of($2::text, 64) FROM \(schema).awake WHERE stream = $1::text
+                    ON CONFLICT DO NOTHING
+                    """,
+                    names
+                )
+                try connection.execute("DELETE FROM \(schema).awake WHERE stream = $1::text", [.text(name)])
+            }
+        }
+    }
+
     /// Installs or upgrades `schema`; refuses a schema newer than this library knows.
     static func install(_ schema: String, on connection: PostgresConnection) throws(PostgresError) {
         let steps = migrations(schema)
@@ -234,8 +257,9 @@ package enum PostgresSchema {
                     message: "schema \(schema) is at version \(installed); this library knows up to \(steps.count)"
                 )
             }
-            for step in steps[installed...] {
+            for (index, step) in steps.enumerated() where index >= installed {
                 for statement in step { try connection.execute(statement) }
+                if index + 1 == composedNames { try composeStoredNames(schema, on: connection) }
             }
             // A schema named too long for `<schema>_inbox` was installed by earlier releases with a
             // notification PostgreSQL refuses, failing every insert into its inbox: set right, once (a

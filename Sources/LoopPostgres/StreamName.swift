@@ -5,9 +5,21 @@
 /// and one stream of the file store. PostgreSQL compares text by its bytes. So every name this module
 /// sends the database is first put in the composed form, the one Swift itself compares by, and two
 /// spellings of one name are one stream here too (and one shard, since a stream's shard is a hash of
-/// the name the database holds). Rows a program inserts into the inbox itself (`psql`) are composed by
-/// the inbox's trigger, in a database whose encoding is UTF-8.
+/// the name the database holds). A row a program inserts into the inbox itself (`psql`) under another
+/// spelling is moved to the composed name's shard by the node that finds it. Composing is done here
+/// only, never by PostgreSQL's `normalize`, whose Unicode tables may be older than Swift's (and which
+/// needs a UTF-8 database).
 enum StreamName {
+    /// Whether `name` is composed already.
+    static func isCanonical(_ name: String) -> Bool {
+        var ascii = true
+        for byte in name.utf8 where byte >= 0x80 {
+            ascii = false
+            break
+        }
+        return ascii || name.utf8.elementsEqual(name._nfcCodeUnits)
+    }
+
     /// `name` in the composed form: itself when it is ASCII (every ASCII string is composed already).
     static func canonical(_ name: String) -> String {
         var ascii = true

@@ -546,6 +546,61 @@ struct ClusterNodeTests {
         _ = try await running.value
     }
 
+    /// A row a program inserts itself under a decomposed name ("e" and a combining accent) lands in
+    /// the shard of those bytes; the library appends under the composed name, whose shard may be
+    /// another node's. The node that finds the row moves it to the composed name's shard instead of
+    /// taking it (appending there would be fenced, and cost it its session): one stream, no
+    /// interruption, whichever spelling each row came under.
+    @Test func aRowInsertedUnderADecomposedNameGoesToItsComposedNamesShard() async throws {
+        let database = try await TemporaryPostgres.shared().createDatabase()
+        let inbox = try await PostgresInbox(connecting: database)
+        let connection = try PostgresConnection(database)
+        defer { connection.close() }
+        func shard(_ name: String) throws -> Int {
+            Int(try connection.execute("SELECT effectloop.shard_of($1, 64)::bigint", [.text(name)]).int(0, 0))
+        }
+        // A name whose decomposed bytes are node a's shard and whose composed name is node b's.
+        let ofA = ShardMap(shards: 64).shards(of: "node-a", among: ["node-a", "node-b"])
+        var chosen: Int?
+        for number in 0..<1_000 {
+            let decomposed = try shard("cafe\u{301}-\(number)")
+            let composed = try shard("caf\u{E9}-\(number)")
+            if ofA.contains(decomposed) && !ofA.contains(composed) {
+                chosen = number
+                break
+            }
+        }
+        let number = try #require(chosen)
+        let a = try await Counter.node(database, "node-a")
+        let b = try await Counter.node(database, "node-b")
+        let runningA = Task { try await a.run() }
+        let runningB = Task { try await b.run() }
+        try await Self.eventually("both nodes to own their shards") {
+            a.ownedShards == ofA && a.ownedShards.count + b.ownedShards.count == 64
+        }
+        let payload = try JSONCodec<Counter.Event>().encode(.add(1))
+        try connection.execute(
+            "INSERT INTO effectloop.inbox (stream, payload) VALUES ($1, $2)",
+            [.text("cafe\u{301}-\(number)"), .bytes(payload)]
+        )
+        try await inbox.send(payload, to: "caf\u{E9}-\(number)")
+        try await Self.eventually("the inbox to drain") {
+            try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+        }
+        let streams = try await Self.query(
+            database,
+            "SELECT encode(convert_to(string_agg(DISTINCT stream, ','), 'UTF8'), 'hex') || ':' || count(*) FROM effectloop.events"
+        )
+        #expect(streams == "636166c3a92d\(Array("\(number)".utf8).map { String($0, radix: 16) }.joined()):2")
+        #expect(b.state(of: "caf\u{E9}-\(number)") == 2)
+        #expect(a.interruptions == 0 && b.interruptions == 0)
+        await inbox.close()
+        a.stop()
+        b.stop()
+        _ = try await runningA.value
+        _ = try await runningB.value
+    }
+
     @Test func aRowThatDoesNotDecodeGoesToTheDeadLettersAndTheRestIsProcessed() async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let node = try await Counter.node(database, "solo")

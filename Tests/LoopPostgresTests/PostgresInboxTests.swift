@@ -27,28 +27,6 @@ struct PostgresInboxTests {
         await inbox.close()
     }
 
-    /// A row a program inserts itself under a decomposed name ("e" and a combining accent) is
-    /// composed by the inbox's trigger, as the library composes the names it sends: both rows are one
-    /// stream, in one shard.
-    @Test func rowsUnderTwoSpellingsOfANameAreOneStream() async throws {
-        let database = try await TemporaryPostgres.shared().createDatabase()
-        let inbox = try await PostgresInbox(connecting: database)
-        try await inbox.send(Array("one".utf8), to: "cafe\u{301}")
-        try await TemporaryPostgres.psql(
-            database,
-            sql: "INSERT INTO effectloop.inbox (stream, payload) VALUES (U&'cafe\\0301', convert_to('two', 'UTF8'))"
-        )
-        let rows = try await TemporaryPostgres.psql(
-            database,
-            sql: """
-                SELECT encode(convert_to(stream, 'UTF8'), 'hex') || ' ' || (shard = effectloop.shard_of(U&'caf\\00E9', 64))
-                FROM effectloop.inbox ORDER BY id
-                """
-        )
-        #expect(rows.split(separator: "\n") == ["636166c3a9 true", "636166c3a9 true"])
-        await inbox.close()
-    }
-
     /// A store written before names were composed: upgrading composes the names stored in another
     /// spelling (events, snapshots, the inbox, the marks of work under way), and refuses, naming
     /// them, streams that are one name in two spellings (they cannot be made one), leaving the schema
@@ -65,13 +43,17 @@ struct PostgresInboxTests {
                 INSERT INTO old.events (stream, version, payload) VALUES (U&'cafe\\0301', 1, '\\x01'), (U&'cafe\\0301', 2, '\\x02');
                 INSERT INTO old.snapshots (stream, version, payload) VALUES (U&'cafe\\0301', 2, '\\x02');
                 INSERT INTO old.awake (stream, shard) VALUES (U&'cafe\\0301', old.shard_of(U&'cafe\\0301', 64));
+                INSERT INTO old.events (stream, version, payload) VALUES (U&'x\\+016D67\\+016D67', 1, '\\x05');
                 UPDATE old.effectloop_meta SET value = 6 WHERE key = 'schema_version';
                 """
         )
         let upgraded = try await PostgresEventStore(connecting: database, schema: "old")
         #expect(try await upgraded.read("caf\u{E9}", after: 0, limit: 10).map(\.payload) == [[1], [2]])
         #expect(try await upgraded.latestSnapshot(of: "caf\u{E9}")?.version == 2)
-        #expect(try await upgraded.streams() == ["caf\u{E9}", "plain"])
+        // Two Kirat Rai vowel signs compose to a third since Unicode 16, which this server's
+        // `normalize` may not know: composed as Swift composes.
+        #expect(try await upgraded.read("x\u{16D68}", after: 0, limit: 10).map(\.payload) == [[5]])
+        #expect(try await upgraded.streams().count == 3)
         await upgraded.close()
         let marks = try await TemporaryPostgres.psql(
             database,
@@ -99,6 +81,44 @@ struct PostgresInboxTests {
             sql: "SELECT value FROM old.effectloop_meta WHERE key = 'schema_version'"
         )
         #expect(version.filter { !$0.isWhitespace } == "6")
+    }
+
+    /// A database whose encoding is not UTF-8 (`SQL_ASCII`, which keeps bytes as they come): upgrading
+    /// composes the names stored by a release before all the same, so their events stay readable and a
+    /// stale append conflicts instead of starting a second history.
+    @Test func upgradingComposesStoredNamesInADatabaseThatIsNotUTF8() async throws {
+        let server = try await TemporaryPostgres.shared()
+        let name = "bytes_\(UInt32.random(in: 0...UInt32.max))"
+        try await TemporaryPostgres.psql(
+            server.conninfo + " dbname=postgres",
+            sql: "CREATE DATABASE \(name) ENCODING 'SQL_ASCII' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'"
+        )
+        let database = server.conninfo + " dbname=\(name)"
+        let store = try await PostgresEventStore(connecting: database, schema: "old")
+        await store.close()
+        // As a release before wrote them: the name's bytes as it was given (e, then the accent's).
+        try await TemporaryPostgres.psql(
+            database,
+            sql: """
+                INSERT INTO old.events (stream, version, payload)
+                VALUES (convert_from('\\x63616665cc81', 'SQL_ASCII'), 1, '\\x01'), (convert_from('\\x63616665cc81', 'SQL_ASCII'), 2, '\\x02');
+                UPDATE old.effectloop_meta SET value = 6 WHERE key = 'schema_version';
+                """
+        )
+        let upgraded = try await PostgresEventStore(connecting: database, schema: "old")
+        #expect(try await upgraded.read("cafe\u{301}", after: 0, limit: 10).map(\.payload) == [[1], [2]])
+        do {
+            _ = try await upgraded.append([[9]], to: "cafe\u{301}", expecting: 0)
+            Issue.record("a second history of the stream was started")
+        } catch let error as EventStoreError {
+            #expect(error.kind == .versionConflict(expected: 0, actual: 2))
+        }
+        await upgraded.close()
+        let stored = try await TemporaryPostgres.psql(
+            database,
+            sql: "SELECT DISTINCT encode(convert_to(stream, 'SQL_ASCII'), 'hex') FROM old.events"
+        )
+        #expect(stored.filter { !$0.isWhitespace } == "636166c3a9")
     }
 
     @Test func streamsSpreadOverTheShards() async throws {
