@@ -157,7 +157,9 @@ public final class ClusterClient<Event: Sendable>: Sendable {
     /// records its answers with (``/LoopPersistence/DurableProgram/replying(_:codec:)``).
     ///
     /// `make` is called twice (once with a placeholder address, for the event's digest): it must build
-    /// the same event from the same address. A repeat of `key` with another event is refused.
+    /// the same event from the same address. A repeat of `key` with another event is refused. The
+    /// entity's name and the key are compared as Swift compares strings (two spellings of one text are
+    /// one entity, one key): both are sent composed (NFC).
     ///
     /// - Throws: ``/LoopRuntime/RequestError/timedOut(after:)`` when no answer came within `timeout`
     ///   (the request may still be applied: repeat the key to learn its answer);

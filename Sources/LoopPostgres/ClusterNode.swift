@@ -1001,7 +1001,9 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// streams, none of the rows `excluded`), and marks in `awake` the streams among them not `known`
     /// to be marked: before they are sent their events, so an entity with work under way is always
     /// marked (a crash between the two leaves a mark too many, never one too few). Returns the rows and
-    /// the streams it marked.
+    /// the streams it marked. Rows inserted under a spelling of their stream's name other than the
+    /// composed one are moved to the composed name's shard, and they and the later rows of their
+    /// entities come back marked ``InboxRow/skipped``.
     static func take(
         from owned: Set<Int>,
         skipping failed: Set<String>,
@@ -1049,9 +1051,22 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         }
         // A row a program inserted itself under another spelling of its stream's name than the composed
         // one the library sends: its shard is that spelling's, and the entity's events go to the
-        // composed name's, which may be another node's. Moved there (and the nodes woken), not taken.
-        let strays = rows.filter { !StreamName.isCanonical($0.stream) }
-        if !strays.isEmpty {
+        // composed name's, which may be another node's. Moved there (and the nodes woken), not taken;
+        // the later rows of its entity in this read are held back, so on this node the entity's rows
+        // are still sent in id order. Both stay in the rows returned, marked, so the caller's view of
+        // what the read covered (how many rows, up to which id) is the read's.
+        var moved: [String] = []
+        for index in rows.indices {
+            if !StreamName.isCanonical(rows[index].stream) {
+                moved.append(rows[index].stream)
+                rows[index].skipped = true
+            } else if moved.contains(where: { $0 == rows[index].stream }) {
+                // `==` is Swift's: the composed name equals every spelling of it.
+                rows[index].skipped = true
+            }
+        }
+        if !moved.isEmpty {
+            let strays = rows.filter { !StreamName.isCanonical($0.stream) }
             try connection.execute(
                 """
                 UPDATE \(schema).inbox i SET stream = v.stream, shard = \(schema).shard_of(v.stream, 64)
@@ -1060,11 +1075,10 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 [.ints(strays.map(\.id)), .texts(strays.map { StreamName.canonical($0.stream) })]
             )
             try connection.execute("SELECT pg_notify($1, '')", [.text(PostgresSchema.inboxChannel(schema))])
-            rows.removeAll { !StreamName.isCanonical($0.stream) }
         }
         var marked: [(String, Int)] = []
         var seen: Set<String> = []
-        for row in rows where !known.contains(row.stream) && seen.insert(row.stream).inserted {
+        for row in rows where !row.skipped && !known.contains(row.stream) && seen.insert(row.stream).inserted {
             marked.append((row.stream, row.shard))
         }
         for start in stride(from: 0, to: marked.count, by: 1_000) {
@@ -1149,11 +1163,12 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 let horizon = rows.count < configuration.batch ? Int64.max : (rows.last?.id ?? Int64.max)
                 ledger.inFlight = ledger.inFlight.filter { seen.contains($0) || $0 > horizon }
                 if !ledger.answered.isEmpty {
-                    repeats = rows.map(\.id).filter(ledger.answered.contains)
+                    repeats = rows.filter { !$0.skipped }.map(\.id).filter(ledger.answered.contains)
                     ledger.answered = ledger.answered.filter { seen.contains($0) || $0 > horizon }
                 }
             }
-            for row in rows where !ledger.inFlight.contains(row.id) && ledger.ownership.owned.contains(row.shard) {
+            for row in rows
+            where !row.skipped && !ledger.inFlight.contains(row.id) && ledger.ownership.owned.contains(row.shard) {
                 // A row the store would refuse (a name it cannot index, say) must not reach a batch of
                 // appends, where it would fail the others and stop the entity: it goes to the dead letters.
                 if let problem = PostgresEventStore.problem(with: [row.payload], stream: row.stream) {
@@ -1376,6 +1391,9 @@ struct InboxRow: Sendable {
     var payload: [UInt8]
     /// For a request (from ``ClusterClient``), its key, reply address and digest; `nil` for an event.
     var request: Request? = nil
+    /// Not to be sent now: moved to its composed name's shard (a row inserted under another spelling),
+    /// or held back behind such a row of its entity. Read again later.
+    var skipped = false
 }
 
 /// What one heartbeat found and did.

@@ -316,7 +316,8 @@ public final class PostgresEventStore: EventStore {
     }
 
     /// The names of the streams that have events, in order, at most `limit` of them after `after`: to
-    /// list the entities of a store page by page.
+    /// list the entities of a store page by page. Each name as the store keeps it, composed (NFC),
+    /// whichever spelling it was appended under.
     public func streams(after: String = "", limit: Int = 1_000) async throws -> [String] {
         let table = "\(schema).events"
         return try await reading(after, "list the streams") { connection throws(PostgresError) in

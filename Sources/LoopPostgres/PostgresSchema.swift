@@ -134,8 +134,8 @@ package enum PostgresSchema {
             ],
             // Stream names composed (NFC), as Swift compares strings and as the library sends them since
             // (`StreamName`): names stored in another spelling by a release before are composed, by
-            // ``composeStoredNames(_:on:)`` (in Swift, with the tables the library composes by, in any
-            // encoding: PostgreSQL's own `normalize` may know an older Unicode, and only UTF-8).
+            // ``composeStoredNames(_:on:)`` (in Swift, with the tables the library composes by:
+            // PostgreSQL's own `normalize` may know an older Unicode, and works only in UTF-8).
             [],
         ]
     }
@@ -171,66 +171,87 @@ package enum PostgresSchema {
     static let tablesNamingStreams = ["events", "snapshots", "awake", "inbox", "inbox_dead", "replies"]
 
     /// Composes the names of streams stored in another spelling (by a release before names were
-    /// composed), in every table that names streams. Two or more spellings of one name that each have
-    /// events are two streams that cannot be made one: refused, naming them, and nothing is changed
-    /// (the caller's transaction is rolled back).
+    /// composed), in every table that names streams, a statement per table. Two or more spellings of
+    /// one name that each have events or snapshots are two streams that cannot be made one: refused,
+    /// naming them, and nothing is changed (the caller's transaction is rolled back). Names are read as
+    /// UTF-8, so this composes in a UTF-8 or `SQL_ASCII` database (the encodings a store's names are
+    /// read back right from).
     static func composeStoredNames(_ schema: String, on connection: PostgresConnection) throws(PostgresError) {
-        // ASCII names are composed already: only the others are read (a regular expression on bytes,
-        // which works in any encoding).
+        // ASCII names are composed already: only the others are read (a regular expression on
+        // characters past ASCII, which in `SQL_ASCII` are bytes).
         let union = tablesNamingStreams.map { "SELECT stream FROM \(schema).\($0) WHERE stream ~ '[^\\x01-\\x7f]'" }
             .joined(separator: " UNION ")
         let found = try connection.execute(union)
-        // Keyed by the composed name: a `String` key holds every spelling of it as one.
-        var spellings: [String: [String]] = [:]
+        var names: [String] = []
+        var composed: [String] = []
         for index in found.rows.indices {
             let name = try found.text(index, 0)
             guard !StreamName.isCanonical(name) else { continue }
-            spellings[StreamName.canonical(name), default: []].append(name)
+            names.append(name)
+            composed.append(StreamName.canonical(name))
         }
-        let renames = spellings.map { (composed: StreamName.canonical($0.key), names: $0.value) }
-            .sorted { $0.composed.utf8.lexicographicallyPrecedes($1.composed.utf8) }
-        var clashes: [String] = []
-        for rename in renames {
-            let streams = try connection.execute(
-                "SELECT count(DISTINCT stream)::bigint FROM \(schema).events WHERE stream = ANY($1::text[])",
-                [.texts(rename.names + [rename.composed])]
+        guard !names.isEmpty else { return }
+        let renames: [PostgresValue] = [.texts(names), .texts(composed)]
+        // Spellings of one name (the composed one among them) of which more than one has a history.
+        let clashes = try connection.execute(
+            """
+            WITH v (name, composed) AS (
+                SELECT * FROM unnest($1::text[], $2::text[])
+                UNION SELECT DISTINCT composed, composed FROM unnest($1::text[], $2::text[]) AS c (name, composed)
+            ),
+            kept AS (
+                SELECT v.name, v.composed FROM v
+                WHERE EXISTS (SELECT 1 FROM \(schema).events e WHERE e.stream = v.name)
+                    OR EXISTS (SELECT 1 FROM \(schema).snapshots s WHERE s.stream = v.name)
             )
-            if try streams.int(0, 0) > 1 { clashes.append("'\(rename.composed)'") }
-        }
-        guard clashes.isEmpty else {
+            SELECT composed, name FROM kept
+            WHERE composed IN (SELECT composed FROM kept GROUP BY composed HAVING count(*) > 1)
+            ORDER BY composed, name
+            """,
+            renames
+        )
+        if !clashes.rows.isEmpty {
+            // Each name, and the UTF-8 of each spelling stored (in hexadecimal: they look alike).
+            var described: [(name: String, spellings: [String])] = []
+            for index in clashes.rows.indices {
+                let (name, spelling) = (try clashes.text(index, 0), try clashes.text(index, 1))
+                let hex = spelling.utf8.map { String($0, radix: 16) }.joined(separator: " ")
+                if let last = described.last, last.name.utf8.elementsEqual(name.utf8) {
+                    described[described.count - 1].spellings.append(hex)
+                    described[described.count - 1].spellings.sort()
+                } else {
+                    described.append((name, [hex]))
+                }
+            }
             throw PostgresError(
                 .statement,
-                message:
-                    "schema \(schema): streams stored under several spellings of one name (\(clashes.joined(separator: ", "))): keep one spelling of each, then upgrade"
+                message: "schema \(schema): streams stored under several spellings of one name: "
+                    + described.map { "'\($0.name)' (stored as \($0.spellings.joined(separator: " and ")))" }
+                    .joined(separator: "; ")
+                    + "; keep the events of one spelling of each (or rename the others), then upgrade"
             )
         }
-        for rename in renames {
-            for name in rename.names {
-                let names: [PostgresValue] = [.text(name), .text(rename.composed)]
-                for table in ["events", "snapshots", "inbox_dead", "replies"] {
-                    try connection.execute(
-                        "UPDATE \(schema).\(table) SET stream = $2::text WHERE stream = $1::text",
-                        names
-                    )
-                }
-                try connection.execute(
-                    """
-                    UPDATE \(schema).inbox SET stream = $2::text, shard = \(schema).shard_of($2::text, 64)
-                    WHERE stream = $1::text
-                    """,
-                    names
-                )
-                try connection.execute(
-                    """
-                    INSERT INTO \(schema).awake (stream, shard)
-                    SELECT $2::text, \(schema).shard_of($2::text, 64) FROM \(schema).awake WHERE stream = $1::text
-                    ON CONFLICT DO NOTHING
-                    """,
-                    names
-                )
-                try connection.execute("DELETE FROM \(schema).awake WHERE stream = $1::text", [.text(name)])
-            }
+        for table in tablesNamingStreams where table != "awake" {
+            let shard = table == "inbox" ? ", shard = \(schema).shard_of(v.composed, 64)" : ""
+            try connection.execute(
+                """
+                UPDATE \(schema).\(table) t SET stream = v.composed\(shard)
+                FROM unnest($1::text[], $2::text[]) AS v (name, composed) WHERE t.stream = v.name
+                """,
+                renames
+            )
         }
+        // A mark per stream: the marks of several spellings become one.
+        try connection.execute(
+            """
+            INSERT INTO \(schema).awake (stream, shard)
+            SELECT DISTINCT v.composed, \(schema).shard_of(v.composed, 64)
+            FROM \(schema).awake a JOIN unnest($1::text[], $2::text[]) AS v (name, composed) ON a.stream = v.name
+            ON CONFLICT DO NOTHING
+            """,
+            renames
+        )
+        try connection.execute("DELETE FROM \(schema).awake WHERE stream = ANY($1::text[])", [.texts(names)])
     }
 
     /// Installs or upgrades `schema`; refuses a schema newer than this library knows.

@@ -122,9 +122,9 @@ import Testing
         }
     }
 
-    /// Paths deeper than one key are named in full: through arrays, an enum's payload, a dictionary
-    /// and a superclass's part (the decoder keeps a value's last keys apart from the array of the
-    /// others until an error or a nested container needs them).
+    /// Paths deeper than one key are named in full: through arrays, an enum's payload and a
+    /// dictionary (pinned before a decoder that kept a value's last keys apart from the path's array was
+    /// tried; see `Docs/Performance.md`).
     @Test func deepPathsAreNamed() throws {
         struct Count<Number: Codable>: Codable { var count: Number }
         enum Step<Number: Codable>: Codable {

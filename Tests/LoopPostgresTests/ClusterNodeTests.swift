@@ -601,6 +601,49 @@ struct ClusterNodeTests {
         _ = try await runningB.value
     }
 
+    /// On one node, an entity's rows keep their id order when the first came under a decomposed name:
+    /// the later row, read with it, waits until the moved row is read again beside it.
+    @Test func aMovedRowKeepsItsPlaceBeforeItsEntitysLaterRows() async throws {
+        let database = try await TemporaryPostgres.shared().createDatabase()
+        let node = try await Counter.node(database, "solo")
+        let running = Task { try await node.run() }
+        try await Self.eventually("the node to own every shard") { node.ownedShards.count == 64 }
+        let codec = JSONCodec<Counter.Event>()
+        let (first, second) = (
+            String(decoding: try codec.encode(.add(1)), as: UTF8.self),
+            String(decoding: try codec.encode(.add(2)), as: UTF8.self)
+        )
+        // One statement, one transaction: the node reads both rows at once.
+        _ = try await TemporaryPostgres.psql(
+            database,
+            sql: """
+                INSERT INTO effectloop.inbox (stream, payload)
+                VALUES (U&'cafe\\0301', convert_to('\(first)', 'UTF8')), (U&'caf\\00E9', convert_to('\(second)', 'UTF8'))
+                """
+        )
+        try await Self.eventually("the inbox to drain") {
+            try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+        }
+        let order = try await Self.query(
+            database,
+            "SELECT string_agg(encode(convert_to(stream, 'UTF8'), 'hex') || '@' || version || '<' || inbox_id, ',' ORDER BY version) FROM effectloop.events"
+        )
+        let ids = try await Self.query(
+            database,
+            "SELECT string_agg(inbox_id::text, ',' ORDER BY inbox_id) FROM effectloop.events"
+        )
+        let (low, high) = try #require(
+            { () -> (String, String)? in
+                let parts = ids.split(separator: ",").map(String.init)
+                return parts.count == 2 ? (parts[0], parts[1]) : nil
+            }()
+        )
+        #expect(order == "636166c3a9@1<\(low),636166c3a9@2<\(high)")
+        #expect(node.state(of: "caf\u{E9}") == 3)
+        node.stop()
+        _ = try await running.value
+    }
+
     @Test func aRowThatDoesNotDecodeGoesToTheDeadLettersAndTheRestIsProcessed() async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let node = try await Counter.node(database, "solo")

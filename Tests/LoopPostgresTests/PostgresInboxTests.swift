@@ -28,9 +28,9 @@ struct PostgresInboxTests {
     }
 
     /// A store written before names were composed: upgrading composes the names stored in another
-    /// spelling (events, snapshots, the inbox, the marks of work under way), and refuses, naming
-    /// them, streams that are one name in two spellings (they cannot be made one), leaving the schema
-    /// as it was.
+    /// spelling (events, snapshots, the marks of work under way, the inbox, with its rows' shards, the
+    /// dead letters and the replies), and refuses, naming them, streams that are one name in two
+    /// spellings (they cannot be made one), leaving the schema as it was.
     @Test func upgradingComposesStoredNamesAndRefusesTwoStreamsOfOneName() async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let store = try await PostgresEventStore(connecting: database, schema: "old")
@@ -44,6 +44,9 @@ struct PostgresInboxTests {
                 INSERT INTO old.snapshots (stream, version, payload) VALUES (U&'cafe\\0301', 2, '\\x02');
                 INSERT INTO old.awake (stream, shard) VALUES (U&'cafe\\0301', old.shard_of(U&'cafe\\0301', 64));
                 INSERT INTO old.events (stream, version, payload) VALUES (U&'x\\+016D67\\+016D67', 1, '\\x05');
+                INSERT INTO old.inbox (stream, payload) VALUES (U&'cafe\\0301', '\\x06');
+                INSERT INTO old.inbox_dead (id, stream, payload, reason) VALUES (1, U&'cafe\\0301', '\\x07', 'test');
+                INSERT INTO old.replies (stream, reply, channel) VALUES (U&'cafe\\0301', 1, 'test');
                 UPDATE old.effectloop_meta SET value = 6 WHERE key = 'schema_version';
                 """
         )
@@ -61,6 +64,17 @@ struct PostgresInboxTests {
         )
         let shard = try await TemporaryPostgres.psql(database, sql: "SELECT old.shard_of(U&'caf\\00E9', 64)")
         #expect(marks.filter { $0 != "\n" } == "636166c3a9 " + shard.filter { !$0.isWhitespace })
+        // The inbox row in the composed name's shard, and the dead letter and the reply under its name.
+        let others = try await TemporaryPostgres.psql(
+            database,
+            sql: """
+                SELECT string_agg(encode(convert_to(stream, 'UTF8'), 'hex'), ',') FROM (
+                    SELECT stream FROM old.inbox WHERE shard = old.shard_of(U&'caf\\00E9', 64)
+                    UNION ALL SELECT stream FROM old.inbox_dead UNION ALL SELECT stream FROM old.replies
+                ) s
+                """
+        )
+        #expect(others.filter { !$0.isWhitespace } == "636166c3a9,636166c3a9,636166c3a9")
 
         // Two streams of one name: the upgrade refuses and changes nothing.
         try await TemporaryPostgres.psql(
@@ -74,7 +88,10 @@ struct PostgresInboxTests {
             _ = try await PostgresEventStore(connecting: database, schema: "old")
             Issue.record("a schema with two streams of one name was upgraded")
         } catch let error as EventStoreError {
-            #expect("\(error)".contains("several spellings of one name ('\u{C5}')"), "\(error)")
+            #expect(
+                "\(error)".contains("several spellings of one name: '\u{C5}' (stored as 41 cc 8a and c3 85)"),
+                "\(error)"
+            )
         }
         let version = try await TemporaryPostgres.psql(
             database,
