@@ -1055,24 +1055,22 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         // the later rows of its entity in this read are held back, so on this node the entity's rows
         // are still sent in id order. Both stay in the rows returned, marked, so the caller's view of
         // what the read covered (how many rows, up to which id) is the read's.
-        var moved: [String] = []
+        var strays: [(id: Int64, stream: String)] = []
         for index in rows.indices {
             if !StreamName.isCanonical(rows[index].stream) {
-                moved.append(rows[index].stream)
+                strays.append((rows[index].id, StreamName.canonical(rows[index].stream)))
                 rows[index].skipped = true
-            } else if moved.contains(where: { $0 == rows[index].stream }) {
-                // `==` is Swift's: the composed name equals every spelling of it.
+            } else if strays.contains(where: { $0.stream == rows[index].stream }) {
                 rows[index].skipped = true
             }
         }
-        if !moved.isEmpty {
-            let strays = rows.filter { !StreamName.isCanonical($0.stream) }
+        if !strays.isEmpty {
             try connection.execute(
                 """
                 UPDATE \(schema).inbox i SET stream = v.stream, shard = \(schema).shard_of(v.stream, 64)
                 FROM unnest($1::bigint[], $2::text[]) AS v (id, stream) WHERE i.id = v.id
                 """,
-                [.ints(strays.map(\.id)), .texts(strays.map { StreamName.canonical($0.stream) })]
+                [.ints(strays.map(\.id)), .texts(strays.map(\.stream))]
             )
             try connection.execute("SELECT pg_notify($1, '')", [.text(PostgresSchema.inboxChannel(schema))])
         }

@@ -67,6 +67,7 @@ public final class PostgresEventStore: EventStore {
 
     private struct PendingAppend: Sendable {
         var payloads: [[UInt8]]
+        /// Composed, as the table keeps it (``StreamName/canonical(_:)``).
         var stream: String
         var expected: UInt64
         var continuation: CheckedContinuation<Result<UInt64, EventStoreError>, Never>
@@ -153,11 +154,13 @@ public final class PostgresEventStore: EventStore {
         if let problem = Self.problem(with: payloads, stream: stream) {
             throw EventStoreError(.invalid(reason: problem), stream: stream)
         }
+        // Composed here, by the caller, once: not by the writer, for a whole batch on its one thread.
+        let stored = StreamName.canonical(stream)
         let result = await withCheckedContinuation {
             (continuation: CheckedContinuation<Result<UInt64, EventStoreError>, Never>) in
             let pending = PendingAppend(
                 payloads: payloads,
-                stream: stream,
+                stream: stored,
                 expected: expectedVersion,
                 continuation: continuation
             )
@@ -346,7 +349,7 @@ public final class PostgresEventStore: EventStore {
     /// Writes `batch` in one transaction; each append's result, in order.
     private func commit(_ batch: [PendingAppend]) -> [Result<UInt64, EventStoreError>] {
         let requests = batch.map {
-            PostgresBatch.Append(stream: StreamName.canonical($0.stream), expected: $0.expected, payloads: $0.payloads)
+            PostgresBatch.Append(stream: $0.stream, expected: $0.expected, payloads: $0.payloads)
         }
         let schema = self.schema
         batches.add(1, ordering: .relaxed)

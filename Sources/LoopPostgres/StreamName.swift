@@ -12,25 +12,19 @@
 enum StreamName {
     /// Whether `name` is composed already.
     static func isCanonical(_ name: String) -> Bool {
-        var ascii = true
-        for byte in name.utf8 where byte >= 0x80 {
-            ascii = false
-            break
-        }
-        return ascii || name.utf8.elementsEqual(name._nfcCodeUnits)
+        isASCII(name) || name.utf8.elementsEqual(name._nfcCodeUnits)
     }
 
     /// `name` in the composed form: itself when it is ASCII (every ASCII string is composed already).
     static func canonical(_ name: String) -> String {
-        var ascii = true
-        for byte in name.utf8 where byte >= 0x80 {
-            ascii = false
-            break
-        }
-        if ascii { return name }
+        if isASCII(name) { return name }
         // The standard library's own composition, the one its string comparison uses (public, with an
         // underscore: there is no other spelling of it in the standard library yet).
         return String(decoding: name._nfcCodeUnits, as: UTF8.self)
+    }
+
+    private static func isASCII(_ name: String) -> Bool {
+        !name.utf8.contains { $0 >= 0x80 }
     }
 }
 

@@ -1459,7 +1459,6 @@ public final class FileEventStore: AppendingWithCompletion {
     private func readRecord(at location: Location, segments: [Int32]) throws(EventStoreError) -> LogRecord {
         guard location.segment < segments.count else { throw corruption(at: location, "no such log file") }
         let descriptor = segments[location.segment]
-        let directory = self.directory
         var bytes = try Files.readBytes(
             descriptor,
             count: Self.firstRead,
