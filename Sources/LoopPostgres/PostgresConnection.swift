@@ -127,12 +127,14 @@ package final class PostgresConnection {
         self.conninfo = conninfo
         // Defaults first, then the caller's conninfo (expanded from `dbname`), whose settings win: a server
         // that does not answer the connection in 10 s, or a peer gone silent for about a minute, is an
-        // error rather than a hang.
+        // error rather than a hang. Last, and so over the conninfo and `PGCLIENTENCODING`: text is sent
+        // and read as UTF-8, which is what a Swift string's bytes are; in another client encoding the
+        // server would take them for other characters and store a name other processes do not spell so.
         let keywords = [
             "connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
-            "application_name", "dbname",
+            "application_name", "dbname", "client_encoding",
         ]
-        let values = ["10", "1", "30", "10", "3", applicationName ?? "effectloop", conninfo]
+        let values = ["10", "1", "30", "10", "3", applicationName ?? "effectloop", conninfo, "UTF8"]
         let connection = Self.withCStrings(keywords) { keywords in
             Self.withCStrings(values) { values in PQconnectdbParams(keywords, values, 1) }
         }

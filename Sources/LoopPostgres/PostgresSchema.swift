@@ -254,9 +254,25 @@ package enum PostgresSchema {
         try connection.execute("DELETE FROM \(schema).awake WHERE stream = ANY($1::text[])", [.texts(names)])
     }
 
-    /// Installs or upgrades `schema`; refuses a schema newer than this library knows.
+    /// Installs or upgrades `schema`; refuses a schema newer than this library knows, and a database
+    /// encoded in neither UTF-8 nor `SQL_ASCII`.
     static func install(_ schema: String, on connection: PostgresConnection) throws(PostgresError) {
         let steps = migrations(schema)
+        // Names, keys and failure reasons are stored as text: in an encoding such as LATIN1 most of
+        // them cannot be, and one that cannot would fail its whole batch, every other stream's appends
+        // in it too. `SQL_ASCII` keeps the bytes as they come.
+        let encoding = try connection.execute(
+            "SELECT current_database()::text, pg_encoding_to_char(encoding)::text FROM pg_database "
+                + "WHERE datname = current_database()"
+        )
+        let (database, name) = (try encoding.text(0, 0), try encoding.text(0, 1))
+        if name != "UTF8" && name != "SQL_ASCII" {
+            throw PostgresError(
+                .statement,
+                message: "database '\(database)' is encoded in \(name); EffectLoop stores names as UTF-8 "
+                    + "text: use a database created with ENCODING 'UTF8'"
+            )
+        }
         do throws(PostgresError) {
             try connection.execute("BEGIN")
             // Whatever the connection's session settings (a store's writer never scans a table whole):

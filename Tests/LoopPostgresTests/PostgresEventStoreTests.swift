@@ -180,6 +180,72 @@ struct PostgresRefusalTests {
     /// Two spellings of one name are one stream, as Swift compares strings and the file store keeps
     /// them, also when both are appended to in one batch (the first queued wins, the other conflicts),
     /// and the database holds the name composed (NFC), so its shard is that of the composed name.
+    /// A name is sent and read as UTF-8 whatever the conninfo (or `PGCLIENTENCODING`) asks for: in LATIN1
+    /// the server would take `é`'s two bytes for two characters and store a name psql and other
+    /// processes spell differently.
+    @Test func namesAreSentAsUTF8WhateverTheConninfoAsks() async throws {
+        let database = try await TemporaryPostgres.shared().createDatabase()
+        let store = try await PostgresEventStore(connecting: database + " client_encoding=LATIN1")
+        #expect(try await store.append([[1]], to: "caf\u{E9}", expecting: 0) == 1)
+        let psql = database + " client_encoding=UTF8"
+        let stored = try await TemporaryPostgres.psql(
+            psql,
+            sql: "SELECT encode(convert_to(stream, 'UTF8'), 'hex') || ' ' || length(stream) FROM effectloop.events"
+        )
+        #expect(stored.split(separator: "\n") == ["636166c3a9 4"])
+        // Written by another process, read by the store under the same name.
+        try await TemporaryPostgres.psql(
+            psql,
+            sql: """
+                INSERT INTO effectloop.events (stream, version, payload) VALUES (U&'na\\00EFve', 1, '\\x05')
+                """
+        )
+        #expect(try await store.read("na\u{EF}ve", after: 0, limit: 10).map(\.payload) == [[5]])
+        await store.close()
+    }
+
+    /// A database in an encoding other than UTF-8 (or `SQL_ASCII`, which keeps bytes as they come) is
+    /// refused when a store, an inbox or a node's store connects, with a message that says what to use,
+    /// and nothing is installed in it: most names could not be stored, and one that could not would fail
+    /// its whole batch.
+    @Test func aDatabaseEncodedInLatin1IsRefusedAndLeftAsItWas() async throws {
+        let server = try await TemporaryPostgres.shared()
+        let name = "latin_\(UInt32.random(in: 0...UInt32.max))"
+        try await TemporaryPostgres.psql(
+            server.conninfo + " dbname=postgres",
+            sql: "CREATE DATABASE \(name) ENCODING 'LATIN1' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'"
+        )
+        let database = server.conninfo + " dbname=\(name)"
+        let refusals: [any Error] = [
+            await Self.failure { _ = try await PostgresEventStore(connecting: database) },
+            await Self.failure { _ = try await PostgresInbox(connecting: database) },
+        ]
+        for refusal in refusals {
+            guard case .unavailable(let reason)? = (refusal as? EventStoreError)?.kind else {
+                Issue.record("\(refusal), expected unavailable")
+                continue
+            }
+            #expect(
+                reason.contains("'\(name)' is encoded in LATIN1") && reason.contains("ENCODING 'UTF8'"),
+                "\(reason)"
+            )
+        }
+        let schemas = try await TemporaryPostgres.psql(
+            database,
+            sql: "SELECT count(*) FROM pg_namespace WHERE nspname = 'effectloop'"
+        )
+        #expect(schemas.filter { !$0.isWhitespace } == "0")
+    }
+
+    static func failure(_ body: () async throws -> Void) async -> any Error {
+        do {
+            try await body()
+            return CancellationError()
+        } catch {
+            return error
+        }
+    }
+
     @Test func twoSpellingsOfANameAreOneStreamEvenInOneBatch() async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let store = try await PostgresEventStore(connecting: database)
