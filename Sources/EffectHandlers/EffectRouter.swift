@@ -38,7 +38,7 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
 
     /// One row of the table: which effects it takes, and how it performs them.
     @usableFromInline
-    struct Route: Sendable {
+    package struct Route: Sendable {
         @usableFromInline
         let accepts: @Sendable (Effect) -> Bool
         @usableFromInline
@@ -418,12 +418,28 @@ public struct EffectRouter<Effect: Sendable, Event: Sendable>: Sendable {
     /// The performer the first matching route chooses for `effect`, or `nil` when no route accepts it.
     @inlinable
     package func performer(for effect: Effect) -> Performer? {
+        Self.performer(in: routes, for: effect)
+    }
+
+    /// The performer the first of `routes` that accepts `effect` chooses: ``performer(for:)`` for a
+    /// caller that keeps a router's ``table`` apart from it (to ask a router stored in a class, Swift
+    /// copies it whole, a retain and a release of each of its closures).
+    @inlinable
+    package static func performer(in routes: [Route], for effect: Effect) -> Performer? {
         // By index, so each route is read in place rather than copied (two closure retains per route).
         for index in routes.indices where routes[index].accepts(effect) {
             return routes[index].performer
         }
         return nil
     }
+
+    /// The routes, in order (see ``performer(in:for:)``).
+    @inlinable
+    package var table: [Route] { routes }
+
+    /// How each effect is scheduled (``lifecycle(of:)`` for a caller that keeps it apart from the router).
+    @inlinable
+    package var lifecycles: @Sendable (Effect) -> EffectLifecycle { lifecycleOf }
 
     /// How `effect` is scheduled.
     @inlinable

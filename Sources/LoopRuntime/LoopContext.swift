@@ -57,6 +57,17 @@ final class ActivitySink<State: Sendable, Event: Sendable, Effect: Sendable>: Se
 final class LoopContext<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable {
     @usableFromInline
     let router: EffectRouter<Effect, Event>
+    /// The router's routes, lifecycles, stop request and scope, kept apart from it for the paths that
+    /// read them for each effect (the engine's decisions, the inline path): reached through `router`,
+    /// each read copied the whole router, a retain and a release of each of its closures.
+    @usableFromInline
+    let routes: [EffectRouter<Effect, Event>.Route]
+    @usableFromInline
+    let lifecycleOf: @Sendable (Effect) -> EffectLifecycle
+    @usableFromInline
+    let stopOn: (@Sendable (Effect) -> Duration?)?
+    @usableFromInline
+    let scope: EffectScope<Effect>?
     @usableFromInline
     let sources: [any EventSource<Event>]
     @usableFromInline
@@ -80,7 +91,7 @@ final class LoopContext<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// every lock: `capture` is the app's code.
     @inlinable
     func carriedContext() -> CarriedContext? {
-        router.scope?.captured()
+        scope?.captured()
     }
 
     @usableFromInline
@@ -92,6 +103,7 @@ final class LoopContext<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         inbox: InboxPolicy
     ) {
         self.router = router
+        (routes, lifecycleOf, stopOn, scope) = (router.table, router.lifecycles, router.stopOn, router.scope)
         self.sources = sources
         self.sink = sink
         self.clock = clock
@@ -107,6 +119,7 @@ final class LoopContext<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// for an engine's tests.
     init(router: EffectRouter<Effect, Event>, policy: InboxPolicy, timed: Bool, tracksEffects: Bool) {
         self.router = router
+        (routes, lifecycleOf, stopOn, scope) = (router.table, router.lifecycles, router.stopOn, router.scope)
         self.sources = []
         self.sink = nil
         self.clock = ContinuousClock()

@@ -714,14 +714,15 @@ extension DurableState {
         _ event: Event,
         ticket: UInt64?,
         context: EffectContext = .none,
-        note: EventNote?,
+        note: consuming EventNote?,
         update: Update<State, Event, Effect>,
         replies: ReplyRecording<Effect>?,
         timers: TimerRecording<Effect>? = nil
     ) {
         var effects = update(&state, event)
         version += 1
-        var note = note ?? EventNote()
+        // Moved, not copied: a note is a dozen references.
+        var note = (consume note) ?? EventNote()
         if let replies, !effects.isEmpty, keys.count > 0 {
             var index = 0
             while index < effects.count {
@@ -748,7 +749,7 @@ extension DurableState {
         if let timers, !effects.isEmpty {
             keep(effects, context: context, as: timers, replies: replies, in: &note.timers)
         }
-        if !note.isEmpty { notes[unrecorded.count] = note }
+        if !note.isEmpty { notes[unrecorded.count] = consume note }
         unrecorded.append(event)
         if !effects.isEmpty || ticket != nil {
             pending.append(Pending(version: version, effects: effects, ticket: ticket, context: context))

@@ -628,12 +628,14 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         context: CarriedContext? = nil
     ) -> Dispatch<Effect, Event> {
         var decisions: [Decision<Effect, Event>] = []
+        // Read from the context once, not through `router` per effect (a copy of the whole router each).
+        let (routes, lifecycleOf, scope) = (settings.routes, settings.lifecycleOf, settings.scope)
         for index in effects.indices {
             let effect = effects[index]
-            let performer = router.performer(for: effect)
+            let performer = EffectRouter.performer(in: routes, for: effect)
             // A synchronous handler's effect runs inline: lifecycles schedule asynchronous effects.
             if case .sync? = performer { continue }
-            let lifecycle = router.lifecycle(of: effect)
+            let lifecycle = lifecycleOf(effect)
             if lifecycle.policy == .cancel, let key = lifecycle.key {
                 let (cancelling, cancelled) = self.effects.cancel(key, report: &counts)
                 decisions.append(Decision(index, .cancel(cancelling: cancelling, cancelled: cancelled)))
@@ -658,7 +660,7 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
                 continue
             }
             // Inside the router's scope, the handler runs with the context carried from the send.
-            if let scope = router.scope {
+            if let scope {
                 let inner = perform
                 perform = { effect, send in try await scope.run(context, effect) { try await inner(effect, send) } }
                 if let begin = start {

@@ -14,7 +14,7 @@ extension Loop {
             if let current = step.take() {
                 if let duration = current.duration {
                     if context.scopeSeesEvents {
-                        context.router.scope?.processed(current.event, context: current.context, update: duration)
+                        context.scope?.processed(current.event, context: current.context, update: duration)
                     }
                     observe(
                         .eventProcessed(
@@ -93,7 +93,7 @@ extension Loop {
         context carried: CarriedContext? = nil,
         tally: inout SyncTally
     ) {
-        if let stopOn = context.router.stopOn, let gracePeriod = stopOn(effect) {
+        if let stopOn = context.stopOn, let gracePeriod = stopOn(effect) {
             // Counted before the stop, with what the step counted so far: a stop with no grace period
             // may end the loop before this step's holder next reaches the engine.
             tally.count(completed: true)
@@ -102,9 +102,9 @@ extension Loop {
             engine.withLock { $0.count(counted) }
             return stopItself(gracePeriod: gracePeriod, asked: effect, id: id)
         }
-        switch context.router.performer(for: effect) {
+        switch EffectRouter.performer(in: context.routes, for: effect) {
         case .sync(let perform):
-            if let scope = context.router.scope {
+            if let scope = context.scope {
                 // The event a failure maps to is sent with the effect's context too.
                 scope.carrying(carried) {
                     performSync(

@@ -164,7 +164,8 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
         case .queued, .processed:
             return .accepted
         case .step(let step):
-            drain(from: step)
+            // Moved on: passed as bound, the step was copied (a retain and a release of each reference).
+            drain(from: consume step)
             return .accepted
         case .droppedOldest(let oldest):
             observe(.eventDropped(oldest))
