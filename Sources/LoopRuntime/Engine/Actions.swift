@@ -260,6 +260,7 @@ struct Step<State: Sendable, Event: Sendable, Effect: Sendable> {
         dispatch: Dispatch<Effect, Event>,
         duration: Duration?,
         inboxDepth: Int,
+        wakeups: Wakeups<State>? = nil,
         context: CarriedContext? = nil
     ) {
         self.event = event
@@ -267,6 +268,7 @@ struct Step<State: Sendable, Event: Sendable, Effect: Sendable> {
         self.dispatch = dispatch
         self.duration = duration
         self.inboxDepth = inboxDepth
+        self.wakeups = wakeups
         self.context = context
     }
 

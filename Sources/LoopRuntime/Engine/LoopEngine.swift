@@ -497,10 +497,15 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
             inbox.append(Envelope(event, from: origin, context: context))
             return .queued
         }
-        let step = process(Envelope(event, from: origin, context: context))
-        if step.isComplete, case .running = phase { return .processed }
+        let envelope = Envelope(event, from: origin, context: context)
+        guard let step = process(envelope) else {
+            if case .running = phase { return .processed }
+            // Stopping: the caller takes the baton even so, and its drain ends the stop.
+            setDraining(true)
+            return .step(completeStep(of: envelope))
+        }
         setDraining(true)
-        return .step(step)
+        return .step(consume step)
     }
 
     /// Takes `event` sent by the handler of effect `id`; turned away if that effect has already ended
@@ -545,14 +550,16 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         while isRunning, let envelope = inbox.popFirst() {
             var step = process(envelope)
             if !waitingSenders.isEmpty, case .running = phase {
+                var admitting = step ?? completeStep(of: envelope)
                 let waiting = waitingSenders.removeFirst()
                 counts.eventsSent += 1
                 inbox.append(Envelope(waiting.event, from: waiting.origin, context: waiting.context))
-                let wakeups = step.wakeups ?? Wakeups()
+                let wakeups = admitting.wakeups ?? Wakeups()
                 wakeups.admittedSender = waiting.continuation
-                step.wakeups = wakeups
+                admitting.wakeups = wakeups
+                step = admitting
             }
-            if !step.isComplete { return .step(step) }
+            if let step = step.take() { return .step(consume step) }
             processed += 1
             if processed == Self.batchLimit { return .again }
         }
@@ -571,11 +578,13 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
         counts.effectsFailed += tally.failed
     }
 
-    /// Applies one event and decides its effects.
+    /// Applies one event and decides its effects; the step to take outside the lock, or `nil` when the
+    /// event left nothing to do there (no effects, no duration to report, nobody to wake): most events
+    /// of most loops, for which no step is built and destroyed.
     @inlinable
     mutating func process(
         _ envelope: Envelope<Event>,
-    ) -> Step<State, Event, Effect> {
+    ) -> Step<State, Event, Effect>? {
         let produced: [Effect]
         var duration: Duration?
         if timed {
@@ -594,28 +603,45 @@ struct LoopEngine<State: Sendable, Event: Sendable, Effect: Sendable> {
                 ? decide(produced, firstID: first, context: envelope.context)
                 : Dispatch(effects: produced, firstID: first)
         }
-        var step = Step<State, Event, Effect>(
-            event: envelope.event,
-            origin: envelope.origin,
-            dispatch: dispatch,
-            duration: duration,
-            inboxDepth: inbox.count,
-            context: envelope.context
-        )
         // Nobody follows the states of most loops: then there is no version to move (a subscriber who comes
         // later sees the state it finds as new, whatever the version).
+        var wakeups: Wakeups<State>?
         let followed = waiting.lists.map { !$0.subscribers.consumers.isEmpty } ?? false
         if followed {
             if subscribers.parked == 0 {
                 subscribers.version &+= 1
             } else {
-                let wakeups = Wakeups<State>()
-                wakeups.subscribers = subscribers.changed()
-                wakeups.state = machine.state
-                step.wakeups = wakeups
+                let woken = Wakeups<State>()
+                woken.subscribers = subscribers.changed()
+                woken.state = machine.state
+                wakeups = woken
             }
         }
-        return step
+        if dispatch.isEmpty && duration == nil && wakeups == nil { return nil }
+        // Built where it is returned: built in a variable, it was copied on return.
+        return Step(
+            event: envelope.event,
+            origin: envelope.origin,
+            dispatch: dispatch,
+            duration: duration,
+            inboxDepth: inbox.count,
+            wakeups: wakeups,
+            context: envelope.context
+        )
+    }
+
+    /// The step of an event that left nothing to do outside the lock, for the rare caller that must
+    /// hand one over even so (a stop to end, a waiting sender to wake).
+    @inlinable
+    func completeStep(of envelope: Envelope<Event>) -> Step<State, Event, Effect> {
+        Step(
+            event: envelope.event,
+            origin: envelope.origin,
+            dispatch: Dispatch(),
+            duration: nil,
+            inboxDepth: inbox.count,
+            context: envelope.context
+        )
     }
 
     /// Decides, in order, what happens to each asynchronous effect of `effects` (whose ids follow
