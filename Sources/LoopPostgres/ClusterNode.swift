@@ -636,11 +636,6 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         } catch {
             failure = .connectionLost("\(error)")
         }
-        // An append fenced because the session holding the locks ended (cut, terminated) is the lost
-        // connection seen first by an entity: reported as that, its cause, whichever noticed first.
-        if case .fenced? = failure, let ended = await lockSessionEnded() {
-            failure = .connectionLost(ended)
-        }
         await lease.stop()
         await leave()
         // A node that may have lost its locks commits as little as it can from now on: the database
@@ -658,20 +653,6 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         await control.close()
         await store.close()
         return (failure, entities)
-    }
-
-    /// Why the session holding the node's shard locks is gone, or nil while it is alive: asked on the
-    /// control connection, which is that session (a broken one is dropped, and asking again connects
-    /// a new session, which holds none of the locks).
-    private func lockSessionEnded() async -> String? {
-        do {
-            let pid = try await control.run { connection throws(PostgresError) in
-                try connection.execute("SELECT pg_backend_pid()::bigint").int(0, 0)
-            }
-            return pid == Int64(holder) ? nil : "the session holding the node's shard locks ended"
-        } catch {
-            return error.description
-        }
     }
 
     /// An entity stopped by data it cannot read: how often, and when it is tried again.

@@ -177,12 +177,9 @@ struct PostgresRefusalTests {
         await store.close()
     }
 
-    /// Two spellings of one name are one stream, as Swift compares strings and the file store keeps
-    /// them, also when both are appended to in one batch (the first queued wins, the other conflicts),
-    /// and the database holds the name composed (NFC), so its shard is that of the composed name.
-    /// A name is sent and read as UTF-8 whatever the conninfo (or `PGCLIENTENCODING`) asks for: in LATIN1
-    /// the server would take `é`'s two bytes for two characters and store a name psql and other
-    /// processes spell differently.
+    /// A name is sent and read as UTF-8 whatever the conninfo asks for (asked here; `PGCLIENTENCODING`
+    /// only sets a default the conninfo overrides): in LATIN1 the server would take `é`'s two bytes for
+    /// two characters and store a name psql and other processes spell differently.
     @Test func namesAreSentAsUTF8WhateverTheConninfoAsks() async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let store = try await PostgresEventStore(connecting: database + " client_encoding=LATIN1")
@@ -205,7 +202,8 @@ struct PostgresRefusalTests {
     }
 
     /// A database in an encoding other than UTF-8 (or `SQL_ASCII`, which keeps bytes as they come) is
-    /// refused when a store, an inbox or a node's store connects, with a message that says what to use,
+    /// refused when a store or an inbox connects (a node connects through its store), with a message
+    /// that says what to use,
     /// and nothing is installed in it: most names could not be stored, and one that could not would fail
     /// its whole batch.
     @Test func aDatabaseEncodedInLatin1IsRefusedAndLeftAsItWas() async throws {
@@ -235,6 +233,7 @@ struct PostgresRefusalTests {
             sql: "SELECT count(*) FROM pg_namespace WHERE nspname = 'effectloop'"
         )
         #expect(schemas.filter { !$0.isWhitespace } == "0")
+        try await TemporaryPostgres.psql(server.conninfo + " dbname=postgres", sql: "DROP DATABASE \(name)")
     }
 
     static func failure(_ body: () async throws -> Void) async -> any Error {
@@ -246,6 +245,9 @@ struct PostgresRefusalTests {
         }
     }
 
+    /// Two spellings of one name are one stream, as Swift compares strings and the file store keeps
+    /// them, also when both are appended to in one batch (the first queued wins, the other conflicts),
+    /// and the database holds the name composed (NFC), so its shard is that of the composed name.
     @Test func twoSpellingsOfANameAreOneStreamEvenInOneBatch() async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let store = try await PostgresEventStore(connecting: database)
