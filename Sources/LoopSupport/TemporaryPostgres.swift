@@ -192,10 +192,14 @@ package final class TemporaryPostgres: Sendable {
         _ = try await Self.runOffThePool(control + action)
     }
 
-    /// Creates an empty database and returns its conninfo.
-    package func createDatabase() async throws(Unavailable) -> String {
+    /// Creates an empty database (in `encoding`, or the server's) and returns its conninfo.
+    package func createDatabase(encoding: String? = nil) async throws(Unavailable) -> String {
         let name = "effectloop_\(getpid())_\(databases.add(1, ordering: .relaxed).newValue)"
-        _ = try await Self.runOffThePool(Self.psql(conninfo + " dbname=postgres", "CREATE DATABASE \(name)"))
+        // Another encoding than the server's needs the empty template and a locale that takes any.
+        let options = encoding.map { " ENCODING '\($0)' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'" } ?? ""
+        _ = try await Self.runOffThePool(
+            Self.psql(conninfo + " dbname=postgres", "CREATE DATABASE \(name)" + options)
+        )
         return conninfo + " dbname=\(name)"
     }
 

@@ -203,17 +203,11 @@ struct PostgresRefusalTests {
 
     /// A database in an encoding other than UTF-8 (or `SQL_ASCII`, which keeps bytes as they come) is
     /// refused when a store or an inbox connects (a node connects through its store), with a message
-    /// that says what to use,
-    /// and nothing is installed in it: most names could not be stored, and one that could not would fail
-    /// its whole batch.
+    /// that says what to use, and nothing is installed in it: most names could not be stored, and one
+    /// that could not would fail its whole batch.
     @Test func aDatabaseEncodedInLatin1IsRefusedAndLeftAsItWas() async throws {
-        let server = try await TemporaryPostgres.shared()
-        let name = "latin_\(UInt32.random(in: 0...UInt32.max))"
-        try await TemporaryPostgres.psql(
-            server.conninfo + " dbname=postgres",
-            sql: "CREATE DATABASE \(name) ENCODING 'LATIN1' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'"
-        )
-        let database = server.conninfo + " dbname=\(name)"
+        let database = try await TemporaryPostgres.shared().createDatabase(encoding: "LATIN1")
+        let name = database.split(separator: "=").last.map(String.init) ?? database
         let refusals: [any Error] = [
             await Self.failure { _ = try await PostgresEventStore(connecting: database) },
             await Self.failure { _ = try await PostgresInbox(connecting: database) },
@@ -233,7 +227,6 @@ struct PostgresRefusalTests {
             sql: "SELECT count(*) FROM pg_namespace WHERE nspname = 'effectloop'"
         )
         #expect(schemas.filter { !$0.isWhitespace } == "0")
-        try await TemporaryPostgres.psql(server.conninfo + " dbname=postgres", sql: "DROP DATABASE \(name)")
     }
 
     static func failure(_ body: () async throws -> Void) async -> any Error {

@@ -104,13 +104,7 @@ struct PostgresInboxTests {
     /// composes the names stored by a release before all the same, so their events stay readable and a
     /// stale append conflicts instead of starting a second history.
     @Test func upgradingComposesStoredNamesInADatabaseThatIsNotUTF8() async throws {
-        let server = try await TemporaryPostgres.shared()
-        let name = "bytes_\(UInt32.random(in: 0...UInt32.max))"
-        try await TemporaryPostgres.psql(
-            server.conninfo + " dbname=postgres",
-            sql: "CREATE DATABASE \(name) ENCODING 'SQL_ASCII' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'"
-        )
-        let database = server.conninfo + " dbname=\(name)"
+        let database = try await TemporaryPostgres.shared().createDatabase(encoding: "SQL_ASCII")
         let store = try await PostgresEventStore(connecting: database, schema: "old")
         await store.close()
         // As a release before wrote them: the name's bytes as it was given (e, then the accent's).
