@@ -249,12 +249,15 @@ struct ClusterNodeTests {
         }
         try await Self.send(500, over: 50, to: database)
         // The connection holding node a's shard locks is cut, as if its machine died: the locks go with it.
+        // Only that one: an append in flight holds its shard's fence, an advisory lock with the same
+        // objid, on the store's connection, which must not be cut too.
         try await TemporaryPostgres.psql(
             database,
             sql: """
-                SELECT pg_terminate_backend(pid, 10000) FROM pg_locks
-                WHERE locktype = 'advisory' AND objid = \(a.ownedShards.first ?? 0)
-                AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                SELECT pg_terminate_backend(l.pid, 10000) FROM pg_locks l JOIN pg_stat_activity s ON s.pid = l.pid
+                WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted AND l.objid = \(a.ownedShards.first ?? 0)
+                AND s.application_name = 'effectloop node a'
+                AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                 """
         )
         // Node a notices, lets its shards go, connects again and takes its share back.
