@@ -271,10 +271,6 @@ struct Step<State: Sendable, Event: Sendable, Effect: Sendable> {
         self.wakeups = wakeups
         self.context = context
     }
-
-    /// Whether nothing is left to do outside the lock.
-    @inlinable
-    var isComplete: Bool { dispatch.isEmpty && duration == nil && wakeups == nil }
 }
 
 extension Step: Equatable where Event: Equatable, Effect: Equatable {
