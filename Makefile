@@ -22,7 +22,8 @@ test-tsan: deps ; EFFECTLOOP_SANITIZED=1 TSAN_OPTIONS=halt_on_error=1 swift test
 demo: deps ; swift run -c release loop-demo || [ $$? -eq 1 ]
 # The job runner as a cluster of three nodes on a throwaway PostgreSQL server; one node is killed mid-run.
 demo-cluster: deps ; swift run -c release loop-demo cluster-demo
-test-asan: deps ; EFFECTLOOP_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan-suppressions swift test $(STRICT) --sanitize=address --scratch-path .build-asan
+# A failure with leaks ends by repeating where each direct leak was allocated (.ci/asan-leaks).
+test-asan: deps ; EFFECTLOOP_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan-suppressions bash .ci/asan-leaks swift test $(STRICT) --sanitize=address --scratch-path .build-asan
 bench: deps ; swift run -c release loop-bench
 bench-quick: deps ; swift run -c release loop-bench --quick
 # Lock acquisitions per event -> effect -> event round trip (a build that counts them; not a speed figure).
