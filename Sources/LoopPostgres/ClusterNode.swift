@@ -97,7 +97,8 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     private let configuration: Configuration
     private let conninfo: String
     private let program: DurableProgram<State, Inboxed<Event>, Effect>
-    private let router: EffectRouter<Effect, Inboxed<Event>>
+    /// Makes each session's entities, specialized for the program (see `EntityGroup`).
+    private let entities: EntityGroupMaker<State, Event, Effect>
     private let events: any EventCodec<Event>
     private let states: any EventCodec<State>
     /// The node's session with the database now, and what the ones before it counted.
@@ -132,7 +133,8 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
     ///   - states: how snapshots are encoded.
     ///   - configuration: pacing and schema.
     /// - Throws: when the database cannot be reached or its schema installed.
-    public init(
+    @inlinable
+    public convenience init(
         connecting conninfo: String,
         name: String,
         program: DurableProgram<State, Event, Effect>,
@@ -141,20 +143,47 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
         states: some EventCodec<State>,
         configuration: Configuration = Configuration()
     ) async throws {
-        self.name = name
-        self.configuration = configuration
-        self.conninfo = conninfo
-        self.events = events
-        self.states = states
+        // The entities' program and routes take events with their inbox rows. Made here, and the
+        // sessions' groups too, so they are specialized for the program's types (see `EntityGroup`).
         let update = program.update
-        self.program = DurableProgram(
+        let inboxed = DurableProgram<State, Inboxed<Event>, Effect>(
             initial: program.initial,
             update: Update { state, inboxed in update(&state, inboxed.event) },
             resume: program.resume,
             replies: program.replies,
             timers: program.timers
         )
-        self.router = router.mapEvents { Inboxed(inboxRow: nil, event: $0) }
+        let routes = router.mapEvents { Inboxed(inboxRow: nil, event: $0) }
+        try await self.init(
+            connecting: conninfo,
+            name: name,
+            inboxed: inboxed,
+            events: events,
+            states: states,
+            configuration: configuration,
+            entities: EntityGroupMaker(program: inboxed, router: routes, events: events, states: states)
+        )
+    }
+
+    /// The node, its program taking inboxed events, its sessions' groups (and their routes) made by
+    /// `entities`.
+    @usableFromInline
+    init(
+        connecting conninfo: String,
+        name: String,
+        inboxed program: DurableProgram<State, Inboxed<Event>, Effect>,
+        events: any EventCodec<Event>,
+        states: any EventCodec<State>,
+        configuration: Configuration,
+        entities: EntityGroupMaker<State, Event, Effect>
+    ) async throws {
+        self.name = name
+        self.configuration = configuration
+        self.conninfo = conninfo
+        self.events = events
+        self.states = states
+        self.program = program
+        self.entities = entities
         let client = try await ClusterClient(
             connecting: conninfo,
             events: events,
@@ -168,7 +197,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                 name: name,
                 configuration: configuration,
                 program: self.program,
-                router: self.router,
+                entities: entities,
                 events: events,
                 states: states,
                 after: nil
@@ -366,7 +395,7 @@ public final class ClusterNode<State: Sendable, Event: Sendable, Effect: Sendabl
                     name: name,
                     configuration: configuration,
                     program: program,
-                    router: router,
+                    entities: entities,
                     events: events,
                     states: states,
                     after: previous
@@ -419,6 +448,8 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     let holder: Int32
     private let lease: LeaseKeeper
     private let group: DurableLoopGroup<String, State, Inboxed<Event>, Effect>
+    /// The group's calls for each inbox row, specialized for the program.
+    private let entities: EntityGroup<State, Event, Effect>
     /// The program, kept to read entities' recorded states (``recordedState(of:)``).
     private let program: DurableProgram<State, Inboxed<Event>, Effect>
     private let events: any EventCodec<Event>
@@ -471,7 +502,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         name: String,
         configuration: ClusterNode<State, Event, Effect>.Configuration,
         program: DurableProgram<State, Inboxed<Event>, Effect>,
-        router: EffectRouter<Effect, Inboxed<Event>>,
+        entities: EntityGroupMaker<State, Event, Effect>,
         events: any EventCodec<Event>,
         states: any EventCodec<State>,
         after previous: Int32?
@@ -546,15 +577,8 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             heartbeat: configuration.heartbeat,
             stallLimit: configuration.membershipTimeout * 4
         )
-        group = DurableLoopGroup(
-            stream: { $0 },
-            program: program,
-            effects: router,
-            store: store,
-            events: InboxedCodec(events),
-            states: states,
-            snapshotEvery: configuration.snapshotEvery
-        )
+        self.entities = entities.make(store, configuration.snapshotEvery)
+        group = self.entities.group
     }
 
     /// The shards the session owns now.
@@ -1190,7 +1214,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         }
         for (row, event) in fresh {
             guard let request = row.request else {
-                group.send(Inboxed(inboxRow: row.id, event: event), to: row.stream)
+                _ = entities.send(Inboxed(inboxRow: row.id, event: event), row.stream)
                 continue
             }
             // A request: its answer, once recorded, is written where its caller reads it (by the append
@@ -1205,7 +1229,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 [weak self] request, outcome in
                 self?.concluded(request, outcome)
             }
-            group.forward(call, to: row.stream, waiter: waiter)
+            entities.forward(call, row.stream, waiter)
         }
         if !undecodable.isEmpty { bury(undecodable) }
         if !repeats.isEmpty { conclude(repeats.map { ($0, nil) }) }

@@ -326,6 +326,8 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     /// hands `waiter` what becomes of the reply address: the answer once recorded (a repeat of the key
     /// gets the recorded one), or the error that ends the wait. `waiter` waits as long as the group
     /// runs: a program that never answers keeps it until the group stops.
+    /// Inlinable, so a caller that knows the program's types runs it specialized.
+    @inlinable
     package func forward(_ call: DurableCall<Event>, to id: ID, waiter: any AnswerWaiter) {
         guard let reply = call.reply else {
             waiter.fail(.invalid("a forwarded call must be a request"))
