@@ -446,6 +446,9 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     private let control: PostgresWorker
     /// The backend pid of `control`'s session, which holds the shard locks.
     let holder: Int32
+    /// The base of the keys of the locks `control`'s session holds beside each shard's lock (`token +
+    /// shard`), which the store's appends check (their fence): random for each session.
+    private let token = Int64.random(in: 0..<(1 << 62))
     private let lease: LeaseKeeper
     private let group: DurableLoopGroup<String, State, Inboxed<Event>, Effect>
     /// The group's calls for each inbox row, specialized for the program.
@@ -569,7 +572,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             Ledger(ownership: Ownership(node: name, shards: found.shards, grace: configuration.heartbeat * 2))
         )
         // Every append checks, in its transaction, that this session still holds its stream's shard.
-        store.fence(holder: holder, shards: shards)
+        store.fence(token: token, shards: shards)
         lease = LeaseKeeper(
             conninfo: conninfo,
             schema: schema,
@@ -803,7 +806,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             }
         }
         let outcome = try await control.run {
-            [begun, doomed, unlock, failed] connection throws(PostgresError) -> Tick in
+            [begun, doomed, unlock, failed, token] connection throws(PostgresError) -> Tick in
             var view = begun
             // The connection must still be the session that holds the node's locks: one that was ended
             // (its lease expired) and connected again holds none, and must not count as this node.
@@ -890,6 +893,13 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 if try locked.int(0, 0) == 1 {
                     do throws(PostgresError) {
                         try Self.awaitFence(of: shard, schema: schema, node: name, on: connection)
+                        // The key the store's appends check: taken after the shard's lock, let go
+                        // before it. It waits only for an append of this node that found it free and
+                        // was fenced, until that transaction ends.
+                        try connection.execute(
+                            "SELECT pg_advisory_lock($1::bigint + $2::integer)",
+                            [.int(token), .int(Int64(shard))]
+                        )
                         held = true
                     } catch {
                         if error.kind == .connection { throw error }
@@ -906,6 +916,11 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 }
             }
             for shard in unlock.sorted() {
+                // The appends' key first: from here on they are fenced, before the shard can be taken.
+                try connection.execute(
+                    "SELECT pg_advisory_unlock($1::bigint + $2::integer)",
+                    [.int(token), .int(Int64(shard))]
+                )
                 try connection.execute(
                     "SELECT pg_advisory_unlock(hashtext($1), $2::integer)",
                     [.text(schema), .int(Int64(shard))]

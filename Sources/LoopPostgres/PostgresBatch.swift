@@ -34,13 +34,15 @@ struct ReplyRow: Sendable, Equatable {
 /// How one batch of appends is written: a pure plan (which appends pass their version check, which rows
 /// to insert) and the transaction that applies it.
 enum PostgresBatch {
-    /// How a cluster node's appends prove it still owns their streams: the session advisory lock of
-    /// each stream's shard must be held by the node's lock connection (backend `holder`), checked in
-    /// the append's transaction. A shard taken over meanwhile (or whose lock went with a broken
+    /// How a cluster node's appends prove it still owns their streams: while the node's lock connection
+    /// holds a shard's lock it also holds a second, its own, keyed `token + shard` (a session advisory
+    /// lock on one 64-bit key), taken after the shard's and let go before it; an append checks in its
+    /// transaction that this key is held. A shard taken over meanwhile (or whose locks went with a broken
     /// session) fences the appends of its streams; nothing of theirs is written.
     struct Fencing: Sendable, Equatable {
-        /// The backend process id of the connection that holds the node's shard locks.
-        var holder: Int32
+        /// The base of the keys of the locks the node's lock connection holds, one for each shard it holds
+        /// (`token + shard`): random for each session of the node, so no other session holds them.
+        var token: Int64
         /// The cluster's shard count.
         var shards: Int
     }
@@ -268,9 +270,16 @@ enum PostgresBatch {
         return answers
     }
 
-    /// Which of `streams` (by their names' bytes) are in shards whose lock `fencing.holder` does not hold.
-    /// First takes a shared transaction lock on each shard's fence, so a node taking one of them over
-    /// (which takes the fence's exclusive lock once it holds the shard) waits for this transaction.
+    /// Which of `streams` (by their names' bytes) are in shards whose key `fencing.token + shard` no
+    /// session holds. First takes a shared transaction lock on each shard's fence, so a node taking one
+    /// of them over (which takes the fence's exclusive lock once it holds the shard) waits for this
+    /// transaction.
+    ///
+    /// A try for a shared lock on the key fails exactly while a session holds it, which only the node's
+    /// lock connection ever does: the check costs a lock try for each stream. It once read `pg_locks`
+    /// for the shard lock's holder, which copies the server's whole lock tables (4% of all the processor
+    /// time in w14, `Docs/Performance.md`). A try that succeeds holds the key shared until this
+    /// transaction ends: the node's lock connection, taking the shard again, waits for it.
     static func unowned(
         _ streams: [String],
         fencing: Fencing,
@@ -291,14 +300,8 @@ enum PostgresBatch {
             prepared: true
         )
         let rows = try connection.execute(
-            named + """
-                 SELECT s.stream FROM s WHERE NOT EXISTS (
-                    SELECT 1 FROM pg_locks l
-                    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.pid = $4::integer
-                      AND l.classid::bigint = (hashtext($2)::bigint + 4294967296) % 4294967296
-                      AND l.objid::bigint = s.shard)
-                """,
-            parameters + [.int(Int64(fencing.holder))],
+            named + " SELECT s.stream FROM s WHERE pg_try_advisory_xact_lock_shared($4::bigint + s.shard)",
+            parameters + [.int(fencing.token)],
             prepared: true
         )
         var unowned: Set<[UInt8]> = []

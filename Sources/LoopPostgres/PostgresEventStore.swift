@@ -126,11 +126,11 @@ public final class PostgresEventStore: EventStore {
         }
     }
 
-    /// Makes every later append check, in its transaction, that the connection with backend process id
-    /// `holder` holds the advisory lock of its stream's shard (of `shards`); appends of streams whose
-    /// shard it does not hold fail with `fenced`, and write nothing.
-    package func fence(holder: Int32, shards: Int) {
-        fencing.withLock { $0 = PostgresBatch.Fencing(holder: holder, shards: shards) }
+    /// Makes every later append check, in its transaction, that a session (the node's lock connection)
+    /// holds the advisory lock keyed `token + shard` for its stream's shard (of `shards`); appends of
+    /// streams whose key is not held fail with `fenced`, and write nothing.
+    package func fence(token: Int64, shards: Int) {
+        fencing.withLock { $0 = PostgresBatch.Fencing(token: token, shards: shards) }
     }
 
     /// Closes the store's connections once the appends already queued are written; later operations

@@ -494,16 +494,30 @@ struct ClusterNodeTests {
         let holder = try PostgresConnection(database)
         let taker = try PostgresConnection(database)
         defer { taker.close() }
-        let pid = Int32(try holder.execute("SELECT pg_backend_pid()::bigint").int(0, 0))
+        let token: Int64 = 1 << 40
         func shard(_ stream: String) throws -> Int64 {
             try taker.execute("SELECT effectloop.shard_of($1, 64)::bigint", [.text(stream)]).int(0, 0)
         }
         let mine = "account-1"
         let other = try #require((2..<100).map { "account-\($0)" }.first { try shard($0) != shard(mine) })
+        // A node's lock session holds its shard's lock, then the key its appends check (`token + shard`).
         _ = try holder.execute("SELECT pg_advisory_lock(hashtext('effectloop'), $1::integer)", [.int(try shard(mine))])
-        store.fence(holder: pid, shards: 64)
-        #expect(try await store.append([[1]], to: mine, expecting: 0) == 1)
+        store.fence(token: token, shards: 64)
         let notHeld = EventStoreError(.fenced(reason: "this node no longer holds the stream's shard"), stream: other)
+        let unkeyed = EventStoreError(.fenced(reason: "this node no longer holds the stream's shard"), stream: mine)
+        // The shard's lock alone is not enough: the key is let go first when a shard is released.
+        await #expect(throws: unkeyed) { try await store.append([[1]], to: mine, expecting: 0) }
+        _ = try holder.execute(
+            "SELECT pg_advisory_lock($1::bigint + $2::integer)",
+            [.int(token), .int(try shard(mine))]
+        )
+        #expect(try await store.append([[1]], to: mine, expecting: 0) == 1)
+        await #expect(throws: notHeld) { try await store.append([[1]], to: other, expecting: 0) }
+        // Another session holding the other shard's lock (and another token's key) does not make it ours.
+        _ = try taker.execute(
+            "SELECT pg_advisory_lock(hashtext('effectloop'), $1::integer), pg_advisory_lock($2::bigint + $1::integer)",
+            [.int(try shard(other)), .int(token + 1_000)]
+        )
         await #expect(throws: notHeld) { try await store.append([[1]], to: other, expecting: 0) }
 
         // The server ends the holder's session (a partition it noticed); another node takes the shard.
