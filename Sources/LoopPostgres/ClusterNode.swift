@@ -1064,7 +1064,9 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 """,
                 [
                     .ints(owned.sorted().map(Int64.init)), .texts(failed.sorted()), .int(Int64(batch)),
-                    .ints(excluded.sorted()),
+                    // In any order (a set to the query): the rows in flight since the last heartbeat, up
+                    // to a few thousand, were sorted for every read.
+                    .ints(Array(excluded)),
                 ],
                 prepared: true
             )
