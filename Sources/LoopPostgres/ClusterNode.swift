@@ -470,7 +470,16 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         /// ``Ownership/update``, in ``tick()``.
         var ownership: Ownership
         var shardOf: [String: Int] = [:]
+        /// Rows sent to their entities and not known to be gone from the inbox: a read of the inbox leaves
+        /// them out, and they are not sent again. Forgotten when their event commits (which deletes the
+        /// row), or when a heartbeat's whole read no longer sees them (rows that no append consumed).
         var inFlight: Set<Int64> = []
+        /// Whether a read of the inbox (a heartbeat's or a notification's) is under way, until its rows are
+        /// dispatched.
+        var reading = false
+        /// Rows whose event committed while a read was under way: that read may still return them (its
+        /// snapshot may predate the commit), so its dispatch skips them; forgotten after it.
+        var committedDuringRead: Set<Int64> = []
         /// Request rows whose caller has its answer: one still in the inbox is a repeat of its key, which
         /// no append consumed, and is deleted when seen.
         var answered: Set<Int64> = []
@@ -568,9 +577,21 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             throw ClusterError.superseded("another process joined the cluster as '\(name)'")
         }
         (shards, holder) = (found.shards, found.holder)
-        ledger = Locked(
+        let ledger = Locked(
             Ledger(ownership: Ownership(node: name, shards: found.shards, grace: configuration.heartbeat * 2))
         )
+        self.ledger = ledger
+        // A row whose event committed is gone from the inbox: no longer left out of reads. Left out until
+        // the next whole read, every request of a heartbeat's time was compared with every row each read
+        // visits (`Docs/Performance.md`).
+        store.onConsumed { rows in
+            ledger.withLock { ledger in
+                for row in rows {
+                    ledger.inFlight.remove(row)
+                    if ledger.reading { ledger.committedDuringRead.insert(row) }
+                }
+            }
+        }
         // Every append checks, in its transaction, that this session still holds its stream's shard.
         store.fence(token: token, shards: shards)
         lease = LeaseKeeper(
@@ -782,6 +803,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         // Every 10 s, the answers kept past their time are swept, up to 50,000 (by every node: a sweep is cheap).
         let sweepEvery = max(1, Int(Duration.seconds(10) / max(configuration.heartbeat, .milliseconds(1))))
         let sweep = ledger.withLock { ledger -> Bool in
+            ledger.reading = true
             ledger.sinceSweep += 1
             guard ledger.sinceSweep >= sweepEvery else { return false }
             ledger.sinceSweep = 0
@@ -1011,7 +1033,8 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     private func read() async throws -> [InboxRow] {
         let (schema, batch) = (configuration.schema, configuration.batch)
         let (owned, known, failed, inFlight) = ledger.withLock { ledger in
-            (
+            ledger.reading = true
+            return (
                 ledger.ownership.owned, Set(ledger.awake.keys), Set(ledger.failed.filter(\.value.failing).keys),
                 ledger.inFlight
             )
@@ -1206,8 +1229,14 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                     ledger.answered = ledger.answered.filter { seen.contains($0) || $0 > horizon }
                 }
             }
+            defer {
+                ledger.reading = false
+                ledger.committedDuringRead.removeAll(keepingCapacity: true)
+            }
             for row in rows
-            where !row.skipped && !ledger.inFlight.contains(row.id) && ledger.ownership.owned.contains(row.shard) {
+            where !row.skipped && !ledger.inFlight.contains(row.id) && !ledger.committedDuringRead.contains(row.id)
+                && ledger.ownership.owned.contains(row.shard)
+            {
                 // A row the store would refuse (a name it cannot index, say) must not reach a batch of
                 // appends, where it would fail the others and stop the entity: it goes to the dead letters.
                 if let problem = PostgresEventStore.problem(with: [row.payload], stream: row.stream) {

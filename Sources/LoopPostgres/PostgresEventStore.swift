@@ -43,6 +43,8 @@ public final class PostgresEventStore: EventStore {
     private let queue = Locked(WriteQueue())
     /// How appends prove their writer owns their streams, for a cluster node's store.
     private let fencing = Locked<PostgresBatch.Fencing?>(nil)
+    /// Told the inbox rows each committed transaction consumed, for a cluster node's store.
+    private let consumed = Locked<(@Sendable ([Int64]) -> Void)?>(nil)
     private let batches = Atomic<Int>(0)
 
     /// How many transactions the writer has committed (or tried to): fewer than the appends when
@@ -131,6 +133,12 @@ public final class PostgresEventStore: EventStore {
     /// streams whose key is not held fail with `fenced`, and write nothing.
     package func fence(token: Int64, shards: Int) {
         fencing.withLock { $0 = PostgresBatch.Fencing(token: token, shards: shards) }
+    }
+
+    /// Calls `body`, after each transaction commits, with the inbox rows its events consumed (deleted),
+    /// as `inboxRowOf` reads them; on the writer's thread, so it must return quickly.
+    package func onConsumed(_ body: @escaping @Sendable ([Int64]) -> Void) {
+        consumed.withLock { $0 = body }
     }
 
     /// Closes the store's connections once the appends already queued are written; later operations
@@ -367,6 +375,14 @@ public final class PostgresEventStore: EventStore {
         }
         switch outcome {
         case .success(let results):
+            if let inboxRowOf, let consumed = consumed.withLock({ $0 }) {
+                var rows: [Int64] = []
+                for (append, result) in zip(requests, results) {
+                    guard case .success = result else { continue }
+                    for payload in append.payloads { if let row = inboxRowOf(payload) { rows.append(row) } }
+                }
+                if !rows.isEmpty { consumed(rows) }
+            }
             return results
         case .failure(let error) where error.kind == .statement && batch.count > 1:
             // Something in the batch the server refused: each append on its own, so only that one fails.
