@@ -1,5 +1,6 @@
 import LoopPersistence
 import LoopPostgres
+import LoopRuntime
 import LoopSupport
 import Testing
 
@@ -181,6 +182,41 @@ struct InboxConsumptionTests {
         let local = try codec.encode(Inboxed(inboxRow: nil, event: "feedback"))
         #expect(try await store.append([local], to: "s", expecting: 1) == 2)
         #expect(try codec.decode(try await store.read("s", after: 1, limit: 1)[0].payload).event == "feedback")
+        await store.close()
+        await inbox.close()
+    }
+
+    /// A cluster node forgets a row in flight when the store says its event committed: told only the
+    /// rows of appends that committed, never those of a refused one.
+    @Test func theStoreTellsWhichInboxRowsACommitConsumedAndNoneOfARefusedAppend() async throws {
+        let database = try await TemporaryPostgres.shared().createDatabase()
+        let inbox = try await PostgresInbox(connecting: database)
+        let first = try await inbox.send(Array("a".utf8), to: "s")
+        let second = try await inbox.send(Array("b".utf8), to: "t")
+        let store = try await PostgresEventStore(
+            connecting: database,
+            schema: "effectloop",
+            inboxRowOf: { InboxedCodec<String>.inboxRow(of: $0) }
+        )
+        let told = Locked<[[Int64]]>([])
+        store.onConsumed { rows in told.withLock { $0.append(rows) } }
+        let codec = InboxedCodec(JSONCodec<String>())
+        let a = try codec.encode(Inboxed(inboxRow: first, event: "a"))
+        let b = try codec.encode(Inboxed(inboxRow: second, event: "b"))
+        let local = try codec.encode(Inboxed(inboxRow: nil, event: "local"))
+        #expect(try await store.append([a, local], to: "s", expecting: 0) == 2)
+        #expect(told.withLock { $0 } == [[first]])
+        // A stale version: refused, so its row is still in the inbox and nobody is told of it.
+        await #expect(throws: EventStoreError(.versionConflict(expected: 5, actual: 0), stream: "t")) {
+            try await store.append([b], to: "t", expecting: 5)
+        }
+        #expect(told.withLock { $0 } == [[first]])
+        #expect(try await inbox.waiting() == 1)
+        // An append that consumes no row tells nothing.
+        #expect(try await store.append([local], to: "s", expecting: 2) == 3)
+        #expect(told.withLock { $0 } == [[first]])
+        #expect(try await store.append([b], to: "t", expecting: 0) == 1)
+        #expect(told.withLock { $0 } == [[first], [second]])
         await store.close()
         await inbox.close()
     }
