@@ -447,8 +447,9 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// The backend pid of `control`'s session, which holds the shard locks.
     let holder: Int32
     /// The base of the keys of the locks `control`'s session holds beside each shard's lock (`token +
-    /// shard`), which the store's appends check (their fence): random for each session.
-    private let token = Int64.random(in: 0..<(1 << 62))
+    /// shard`), which the store's appends check (their fence): random for each session, its low 16 bits
+    /// clear, so a key's low bits are its shard (see `ShardKeys`).
+    private let token = Int64.random(in: 0..<(1 << 46)) << 16
     private let lease: LeaseKeeper
     private let group: DurableLoopGroup<String, State, Inboxed<Event>, Effect>
     /// The group's calls for each inbox row, specialized for the program.
@@ -914,14 +915,24 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 var held = false
                 if try locked.int(0, 0) == 1 {
                     do throws(PostgresError) {
+                        try ShardKeys.awaitOthersGone(of: shard, on: connection)
                         try Self.awaitFence(of: shard, schema: schema, node: name, on: connection)
                         // The key the store's appends check: taken after the shard's lock, let go
                         // before it. It waits only for an append of this node that found it free and
-                        // was fenced, until that transaction ends.
-                        try connection.execute(
-                            "SELECT pg_advisory_lock($1::bigint + $2::integer)",
-                            [.int(token), .int(Int64(shard))]
-                        )
+                        // was fenced, until that transaction ends (at most 10 s: one stuck on its way
+                        // to the server must not hold the heartbeat).
+                        try connection.execute("BEGIN")
+                        do throws(PostgresError) {
+                            try connection.execute("SET LOCAL lock_timeout = '10s'")
+                            try connection.execute(
+                                "SELECT pg_advisory_lock($1::bigint + $2::integer)",
+                                [.int(token), .int(Int64(shard))]
+                            )
+                            try connection.execute("COMMIT")
+                        } catch {
+                            if error.kind != .connection { _ = try? connection.execute("ROLLBACK") }
+                            throw error
+                        }
                         held = true
                     } catch {
                         if error.kind == .connection { throw error }

@@ -368,3 +368,35 @@ enum PostgresBatch {
         ]
     }
 }
+
+/// The keys a cluster node's lock session holds beside its shards' locks, which its appends check
+/// (`PostgresBatch.Fencing`): `token + shard`, with a random token for each session whose low 16 bits
+/// are clear, so a key's low bits are its shard.
+package enum ShardKeys {
+    /// Once the node holds `shard`'s lock, before its fence: waits until no other node's lock session holds
+    /// its key for the shard (`PostgresBatch.Fencing`). A session that ends lets its locks go one part
+    /// of the server's lock table at a time, so the shard's lock can be free while the key is still held,
+    /// for as long as the ending backend is held up; an append of that node meanwhile would pass its
+    /// check after the fence was awaited. Throws after `attempts` tries 10 ms apart (10 s): the caller
+    /// then leaves the shard.
+    package static func awaitOthersGone(
+        of shard: Int,
+        attempts: Int = 1_000,
+        on connection: PostgresConnection
+    ) throws(PostgresError) {
+        for _ in 0..<attempts {
+            let held = try connection.execute(
+                """
+                SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.pid <> pg_backend_pid()
+                  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                  AND l.objid::bigint % 65536 = $1 AND a.application_name LIKE 'effectloop node %'
+                """,
+                [.int(Int64(shard))]
+            )
+            if try held.int(0, 0) == 0 { return }
+            try connection.execute("SELECT pg_sleep(0.01)")
+        }
+        throw PostgresError(.statement, message: "another node's lock session still holds its key for shard \(shard)")
+    }
+}

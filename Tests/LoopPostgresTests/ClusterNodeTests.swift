@@ -537,6 +537,29 @@ struct ClusterNodeTests {
         await store.close()
     }
 
+    /// A node taking a shard waits until no other node's lock session still holds its key for the shard
+    /// (an ending session lets its locks go one at a time, the shard's lock perhaps before the key), and
+    /// gives up, to leave the shard, if it never lets go. Keys of other shards, and locks of sessions that
+    /// are not nodes' lock sessions, do not hold it back.
+    @Test func takingAShardWaitsForTheOldOwnersKeyToGo() async throws {
+        let database = try await TemporaryPostgres.shared().createDatabase()
+        let old = try PostgresConnection(database + " application_name='effectloop node old'")
+        defer { old.close() }
+        let other = try PostgresConnection(database + " application_name='another program'")
+        defer { other.close() }
+        let taker = try PostgresConnection(database + " application_name='effectloop node new'")
+        defer { taker.close() }
+        let (shard, token): (Int64, Int64) = (7, 5 << 16)
+        _ = try old.execute("SELECT pg_advisory_lock($1::bigint)", [.int(token + 8)])
+        _ = try other.execute("SELECT pg_advisory_lock($1::bigint)", [.int((9 << 16) + shard)])
+        try ShardKeys.awaitOthersGone(of: Int(shard), attempts: 1, on: taker)
+
+        _ = try old.execute("SELECT pg_advisory_lock($1::bigint)", [.int(token + shard)])
+        #expect(throws: PostgresError.self) { try ShardKeys.awaitOthersGone(of: Int(shard), attempts: 3, on: taker) }
+        _ = try old.execute("SELECT pg_advisory_unlock($1::bigint)", [.int(token + shard)])
+        try ShardKeys.awaitOthersGone(of: Int(shard), attempts: 1, on: taker)
+    }
+
     /// A row inserted the way `Docs/Cluster.md` shows, with a name PostgreSQL cannot index: once it
     /// stopped every node in turn; now it goes to the dead letters and the node goes on.
     @Test func aRowWithANameTheStoreCannotIndexIsDeadLetteredAndTheNodeGoesOn() async throws {
