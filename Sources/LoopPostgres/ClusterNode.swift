@@ -921,18 +921,12 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                         // before it. It waits only for an append of this node that found it free and
                         // was fenced, until that transaction ends (at most 10 s: one stuck on its way
                         // to the server must not hold the heartbeat).
-                        try connection.execute("BEGIN")
-                        do throws(PostgresError) {
-                            try connection.execute("SET LOCAL lock_timeout = '10s'")
-                            try connection.execute(
-                                "SELECT pg_advisory_lock($1::bigint + $2::integer)",
-                                [.int(token), .int(Int64(shard))]
-                            )
-                            try connection.execute("COMMIT")
-                        } catch {
-                            if error.kind != .connection { _ = try? connection.execute("ROLLBACK") }
-                            throw error
-                        }
+                        try Self.lock(
+                            "SELECT pg_advisory_lock($1::bigint + $2::integer)",
+                            [.int(token), .int(Int64(shard))],
+                            within: "10s",
+                            on: connection
+                        )
                         held = true
                     } catch {
                         if error.kind == .connection { throw error }
@@ -1173,6 +1167,26 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// The application name of a node's store writer, so a node taking a shard never ends its own.
     static func writerName(_ node: String) -> String { "effectloop store \(node)" }
 
+    /// Runs `statement` (which takes a lock) in a transaction of its own that waits at most `timeout` (a
+    /// PostgreSQL interval, such as `500ms`) for any lock: past it, it throws (SQLSTATE `55P03`). A session
+    /// lock taken stays held after the transaction; a transaction lock is let go with it.
+    static func lock(
+        _ statement: String,
+        _ parameters: [PostgresValue],
+        within timeout: String,
+        on connection: PostgresConnection
+    ) throws(PostgresError) {
+        try connection.execute("BEGIN")
+        do throws(PostgresError) {
+            try connection.execute("SET LOCAL lock_timeout = '\(timeout)'")
+            try connection.execute(statement, parameters)
+            try connection.execute("COMMIT")
+        } catch {
+            if error.kind != .connection { _ = try? connection.execute("ROLLBACK") }
+            throw error
+        }
+    }
+
     /// Once the node holds `shard`'s lock: waits for the appends to the shard still under way on other
     /// connections (each holds the shard's fence shared until it ends), so what they commit is read from
     /// here on and what they do not is fenced. An append that does not end within half a second belongs
@@ -1190,18 +1204,12 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         throws(PostgresError)
     {
         func wait(_ timeout: String) throws(PostgresError) {
-            try connection.execute("BEGIN")
-            do throws(PostgresError) {
-                try connection.execute("SET LOCAL lock_timeout = '\(timeout)'")
-                try connection.execute(
-                    "SELECT pg_advisory_xact_lock(hashtext($1 || '.fence'), $2::integer)",
-                    [.text(schema), .int(Int64(shard))]
-                )
-                try connection.execute("COMMIT")
-            } catch {
-                if error.kind != .connection { _ = try? connection.execute("ROLLBACK") }
-                throw error
-            }
+            try lock(
+                "SELECT pg_advisory_xact_lock(hashtext($1 || '.fence'), $2::integer)",
+                [.text(schema), .int(Int64(shard))],
+                within: timeout,
+                on: connection
+            )
         }
         do {
             try wait("500ms")
