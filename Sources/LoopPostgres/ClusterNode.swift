@@ -451,9 +451,10 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// clear, so a key's low bits are its shard (see `ShardKeys`).
     private let token = Int64.random(in: 0..<(1 << 46)) << 16
     private let lease: LeaseKeeper
-    private let group: DurableLoopGroup<String, State, Inboxed<Event>, Effect>
-    /// The group's calls for each inbox row, specialized for the program.
+    /// The entities, and the group's calls for each inbox row, specialized for the program.
     private let entities: EntityGroup<State, Event, Effect>
+    /// The entities' durable loop group.
+    private var group: DurableLoopGroup<String, State, Inboxed<Event>, Effect> { entities.group }
     /// The program, kept to read entities' recorded states (``recordedState(of:)``).
     private let program: DurableProgram<State, Inboxed<Event>, Effect>
     private let events: any EventCodec<Event>
@@ -603,7 +604,6 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             stallLimit: configuration.membershipTimeout * 4
         )
         self.entities = entities.make(store, configuration.snapshotEvery)
-        group = self.entities.group
     }
 
     /// The shards the session owns now.
