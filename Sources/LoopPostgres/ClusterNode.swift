@@ -636,7 +636,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// the session, which it returns. Entities stopped by data they cannot read are passed to `failed`
     /// and the session goes on.
     func run(onFailure failed: @Sendable (ClusterError) -> Void) async -> (ClusterError?, LoopReport) {
-        let running = Task { try await group.run() }
+        let running = Task { [entities] in try await entities.run() }
         if ledger.withLock({ ledger in
             ledger.running = running
             return ledger.cancelled

@@ -1,6 +1,7 @@
 public import EffectHandlers
 public import LoopCore
 public import LoopPersistence
+public import LoopRuntime
 
 /// A cluster session's entities: their durable loop group, and the two calls the session makes to it
 /// for each inbox row, built where the program's types are known.
@@ -20,16 +21,21 @@ struct EntityGroup<State: Sendable, Event: Sendable, Effect: Sendable>: Sendable
     /// Forwards a request from another process to the entity of a stream (the group's
     /// `forward(_:to:waiter:)`).
     @usableFromInline let forward: @Sendable (DurableCall<Inboxed<Event>>, String, any AnswerWaiter) -> Void
+    /// Runs the group (its `run()`, compiled where the program's types are known, as every entity's drain
+    /// is then).
+    @usableFromInline let run: @Sendable () async throws -> LoopReport
 
     @inlinable
     init(
         group: DurableLoopGroup<String, State, Inboxed<Event>, Effect>,
         send: @escaping @Sendable (Inboxed<Event>, String) -> Delivery,
-        forward: @escaping @Sendable (DurableCall<Inboxed<Event>>, String, any AnswerWaiter) -> Void
+        forward: @escaping @Sendable (DurableCall<Inboxed<Event>>, String, any AnswerWaiter) -> Void,
+        run: @escaping @Sendable () async throws -> LoopReport
     ) {
         self.group = group
         self.send = send
         self.forward = forward
+        self.run = run
     }
 }
 
@@ -64,7 +70,8 @@ struct EntityGroupMaker<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
             return EntityGroup(
                 group: group,
                 send: { event, stream in group.send(event, to: stream) },
-                forward: { call, stream, waiter in group.forward(call, to: stream, waiter: waiter) }
+                forward: { call, stream, waiter in group.forward(call, to: stream, waiter: waiter) },
+                run: { try await group.run() }
             )
         }
     }

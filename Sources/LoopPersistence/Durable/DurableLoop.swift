@@ -258,8 +258,11 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
     ///
     /// - Throws: ``DurableLoopError/storeFailed(_:)`` when the store failed or the stream could not be
     ///   read back; a `LoopError` as ``/LoopRuntime/Loop/run()`` does.
+    @inlinable
     @discardableResult
     public func run() async throws -> LoopReport {
+        // Inlined into the caller, so the loop's drain is compiled for the program's own types (see
+        // ``/LoopRuntime/Loop/run()``).
         let report: LoopReport
         do {
             report = try await underlying.run()
@@ -267,6 +270,13 @@ public final class DurableLoop<State: Sendable, Event: Sendable, Effect: Sendabl
             callers.end()
             throw error
         }
+        return try ended(report)
+    }
+
+    /// What `run()` returns once the loop has stopped with `report`: the program's report, or the
+    /// store's failure.
+    @usableFromInline
+    func ended(_ report: LoopReport) throws -> LoopReport {
         callers.end()
         if case .failed(let reason) = underlying.state.phase { throw DurableLoopError.storeFailed(reason) }
         return tally.program(report)

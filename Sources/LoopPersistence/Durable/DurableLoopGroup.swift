@@ -476,9 +476,27 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
     ///
     /// - Throws: ``DurableLoopError/storeFailed(_:)`` when the marks cannot be read back (before any
     ///   entity starts); a `LoopError` as ``/LoopRuntime/LoopGroup/run()`` does.
+    @inlinable
     @discardableResult
     public func run() async throws -> LoopReport {
-        // The entities with work under way when the last run stopped, however it stopped, start now.
+        let sweeper = try await beforeRun()
+        defer { sweeper?.cancel() }
+        // Inlined into the caller, so the entities' drains are compiled for the programs' own types (see
+        // ``/LoopRuntime/Loop/run()``).
+        do {
+            let report = try await underlying.run()
+            await afterRun()
+            return tally.program(report)
+        } catch {
+            await afterRun()
+            throw error
+        }
+    }
+
+    /// What `run()` does before the group runs: wakes the entities with work under way when the last run
+    /// stopped, however it stopped; starts the passivation sweep, if any (returned, to cancel).
+    @usableFromInline
+    func beforeRun() async throws -> Task<Void, Never>? {
         if let memory, let ledger = storage.ledger {
             do {
                 for stream in try await ledger.load().sorted() {
@@ -489,7 +507,7 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
                 throw error
             }
         }
-        let sweeper = passivation.idleAfter.map { interval in
+        return passivation.idleAfter.map { interval in
             Task { [clock] in
                 while !Task.isCancelled {
                     do { try await clock.sleep(for: interval) } catch { return }
@@ -497,18 +515,14 @@ public final class DurableLoopGroup<ID: Hashable & Sendable, State: Sendable, Ev
                 }
             }
         }
-        defer { sweeper?.cancel() }
-        do {
-            let report = try await underlying.run()
-            callers.end()
-            // The last marks and clears are written before the run returns.
-            await storage.ledger?.flush()
-            return tally.program(report)
-        } catch {
-            callers.end()
-            await storage.ledger?.flush()
-            throw error
-        }
+    }
+
+    /// What `run()` does once the group has stopped: no caller waits any longer, and the last marks and
+    /// clears are written before the run returns.
+    @usableFromInline
+    func afterRun() async {
+        callers.end()
+        await storage.ledger?.flush()
     }
 
     /// Stops the group gracefully (see ``/LoopRuntime/LoopGroup/stop(gracePeriod:)``). Snapshots still to

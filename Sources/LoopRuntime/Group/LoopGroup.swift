@@ -278,8 +278,19 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     /// once when the task is cancelled.
     ///
     /// - Throws: ``LoopError/alreadyRunning`` or ``LoopError/alreadyStopped``: a group runs once.
+    @inlinable
     @discardableResult
     public func run() async throws -> LoopReport {
+        let (host, started) = try launch()
+        // Here, inlined into the caller, so each drain is compiled for the loops' own types (as in
+        // ``Loop/run()``).
+        for (loop, first) in started { loop.start(with: first) }
+        return await finish(host)
+    }
+
+    /// Starts the group on a new host; the loops created before, each with what to start it with.
+    @usableFromInline
+    func launch() throws -> (Host, [(Loop<State, Event, Effect>, Dispatch<Effect, Event>)]) {
         let host = Host(
             clock: context.clock,
             shutdown: Host.Shutdown(
@@ -291,7 +302,13 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         let (started, waiters) = try members.withLock { try $0.start(host) }
         host.launchKeepingTask()
         for waiter in waiters { waiter.resume(returning: true) }
-        for (loop, first) in started { loop.start(with: first) }
+        return (host, started)
+    }
+
+    /// Waits for `host` to end (cancelled with the caller's task), ends what is left, and returns the
+    /// group's report.
+    @usableFromInline
+    func finish(_ host: Host) async -> LoopReport {
         await withTaskCancellationHandler {
             await host.ended()
         } onCancel: {

@@ -14,9 +14,20 @@ extension Loop {
     /// `run()`.
     ///
     /// - Throws: ``LoopError/alreadyRunning`` or ``LoopError/alreadyStopped``: a loop runs once.
+    @inlinable
     @discardableResult
     public func run() async throws -> LoopReport {
-        let host = try launch(keepingTask: true)
+        let (host, first) = try launch(keepingTask: true)
+        // Here, not in `launch`: inlined into the caller, the drain is compiled for the loop's own types.
+        // A drain started in generic code keeps going while events keep coming, and ran each of them
+        // through generic-metadata lookups (a third of w2s's time, `Docs/Performance.md`).
+        start(with: first)
+        return await finish(host)
+    }
+
+    /// Waits for `host` to end (cancelled with the caller's task), then returns the report.
+    @usableFromInline
+    func finish(_ host: Host) async -> LoopReport {
         await withTaskCancellationHandler {
             await host.ended()
         } onCancel: {
@@ -45,14 +56,12 @@ extension Loop {
     /// - Throws: ``LoopError/alreadyRunning`` if it runs (started, or in `run()`);
     ///   ``LoopError/alreadyStopped`` if it ran, or was stopped before it started (its queued events were
     ///   then dropped: ``LoopReport/Ending/neverStarted``).
+    @inlinable
     public func start() throws(LoopError) {
         // Without sources, the host is made when something needs it (`adoptedHost()`).
-        if context.sources.isEmpty {
-            let first = try claim(for: nil)
-            start(with: first)
-        } else {
-            _ = try launch(keepingTask: false)
-        }
+        let first = context.sources.isEmpty ? try claim(for: nil) : try launch(keepingTask: false).first
+        // Inlined into the caller, as in `run()`.
+        start(with: first)
     }
 
     /// Returns the loop's report once it has stopped: at once if it has, or if it was stopped before it
@@ -103,10 +112,11 @@ extension Loop {
         )
     }
 
-    /// Claims the loop for a new host and starts it on that host: its start-up effects, the events sent so
-    /// far, its sources. `keepingTask`: the host starts its task now, from the caller's task, and keeps it
-    /// until the end (for `run()`).
-    private func launch(keepingTask: Bool) throws(LoopError) -> Host {
+    /// Claims the loop for a new host and starts its sources on that host; what to start with (the caller
+    /// then starts it, ``start(with:)``). `keepingTask`: the host starts its task now, from the caller's
+    /// task, and keeps it until the end (for `run()`).
+    @usableFromInline
+    func launch(keepingTask: Bool) throws(LoopError) -> (host: Host, first: Dispatch<Effect, Event>) {
         let sourcesStop = OneShotSignal()
         // No member yet: the claim joins it.
         let host = host(members: 0, sourcesStop: sourcesStop)
@@ -115,8 +125,7 @@ extension Loop {
         // effects (which would otherwise start a detached one).
         if keepingTask { host.launchKeepingTask() }
         if !context.sources.isEmpty { host.startSources { await self.runSources(until: sourcesStop) } }
-        start(with: first)
-        return host
+        return (host, first)
     }
 
     /// Claims the loop for `host`; what to start with. The caller holds the drain baton.
