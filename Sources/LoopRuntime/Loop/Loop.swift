@@ -116,21 +116,29 @@ public final class Loop<State: Sendable, Event: Sendable, Effect: Sendable>: Sen
     /// policy is full. With any other policy, the same as ``send(_:)``.
     ///
     /// If the waiting task is cancelled, or the loop stops while it waits, the event is rejected.
+    @inlinable
     @discardableResult
     public func sendWaitingForRoom(_ event: Event) async -> Delivery {
         await receiveWaitingForRoom(event, from: .outside)
     }
 
     /// Takes `event` from `origin`, waiting for room as ``sendWaitingForRoom(_:)`` does.
-    @usableFromInline
+    @inlinable
     func receiveWaitingForRoom(_ event: Event, from origin: EventOrigin) async -> Delivery {
         let carried = context.carriedContext()
         // A send that finds room (nearly all) takes no waiter id from the process-wide counter and sets up
-        // no cancellation handler.
+        // no cancellation handler; inlined, the drain it may start is compiled for the loop's own types.
         let taken = engine.withLock { engine -> LoopEngine<State, Event, Effect>.Reception? in
             engine.mustWait() ? nil : engine.receive(event, from: origin, context: carried)
         }
         if let taken { return conclude(taken, event) }
+        return await waitForRoom(event, from: origin, context: carried)
+    }
+
+    /// For ``receiveWaitingForRoom(_:from:)``: parks `event` until the inbox has room for it, or the
+    /// waiting task is cancelled.
+    @usableFromInline
+    func waitForRoom(_ event: Event, from origin: EventOrigin, context carried: CarriedContext?) async -> Delivery {
         let id = waiterIDs.add(1, ordering: .relaxed).newValue
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Delivery, Never>) in
