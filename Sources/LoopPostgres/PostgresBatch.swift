@@ -120,20 +120,25 @@ enum PostgresBatch {
         while true {
             attempt += 1
             do throws(PostgresError) {
-                try connection.execute("BEGIN")
+                // The transaction's checks go in one round trip (libpq's pipeline mode), the writes and the
+                // commit in a second: at one statement a round trip, a batch took six, and under load each
+                // waited for the server's process to be scheduled.
                 // An append carrying an inbox row another writer already consumed repeats a transition
                 // someone else made: it conflicts, as a stale version does.
-                let (current, consumed) = try versions(
+                let asked = versionsStatement(
                     of: appends.map(\.stream),
                     consuming: inboxRowOf.map { inboxRowOf in appends.flatMap { $0.payloads.compactMap(inboxRowOf) } }
                         ?? [],
-                    schema: schema,
-                    on: connection
+                    schema: schema
                 )
-                let fenced =
-                    try fencing.map { fencing throws(PostgresError) in
-                        try unowned(appends.map(\.stream), fencing: fencing, schema: schema, on: connection)
-                    } ?? []
+                let fences = fencing.map { unownedStatements(appends.map(\.stream), fencing: $0, schema: schema) } ?? []
+                let checked = try connection.pipeline(
+                    [PostgresStatement("BEGIN")] + (asked.map { [$0] } ?? []) + fences
+                )
+                let (current, consumed) =
+                    try asked.map { _ throws(PostgresError) in try versions(in: checked[1]) }
+                    ?? ([:], [])
+                let fenced = try fences.isEmpty ? [] : unowned(in: checked[checked.count - 1])
                 let fresh = appends.map { append in
                     !fenced.contains(Array(append.stream.utf8))
                         && (consumed.isEmpty
@@ -173,23 +178,28 @@ enum PostgresBatch {
                     }
                     results = merged
                 }
+                var writes: [PostgresStatement] = []
                 if inboxRowOf == nil && answersOf == nil {
-                    if !rows.isEmpty { try insert(rows[...], schema: schema, on: connection) }
+                    if !rows.isEmpty { writes.append(insertStatement(rows[...], schema: schema)) }
                 } else if !rows.isEmpty {
                     // A cluster's: the events, the inbox rows they consumed and the answers they record,
                     // in one statement.
                     let recorded = answersOf.map { Self.answers(of: rows, answersOf: $0) } ?? []
-                    try connection.execute(
-                        """
-                        WITH appended AS (\(insertion(schema, from: 1))),
-                        consumed AS (DELETE FROM \(schema).inbox WHERE id = ANY($5::bigint[])),
-                        \(answering(schema, from: 6))
-                        """,
-                        eventParameters(rows[...]) + [.ints(rows.compactMap(\.inboxRow))] + answerParameters(recorded),
-                        prepared: true
+                    writes.append(
+                        PostgresStatement(
+                            """
+                            WITH appended AS (\(insertion(schema, from: 1))),
+                            consumed AS (DELETE FROM \(schema).inbox WHERE id = ANY($5::bigint[])),
+                            \(answering(schema, from: 6))
+                            """,
+                            eventParameters(rows[...]) + [.ints(rows.compactMap(\.inboxRow))]
+                                + answerParameters(recorded),
+                            prepared: true
+                        )
                     )
                 }
-                try connection.execute("COMMIT")
+                // A write that fails skips the commit: the transaction is rolled back below.
+                try connection.pipeline(writes + [PostgresStatement("COMMIT")])
                 return results
             } catch {
                 if error.kind != .connection { _ = try? connection.execute("ROLLBACK") }
@@ -270,8 +280,8 @@ enum PostgresBatch {
         return answers
     }
 
-    /// Which of `streams` (by their names' bytes) are in shards whose key `fencing.token + shard` no
-    /// session holds. First takes a shared transaction lock on each shard's fence, so a node taking one
+    /// The statements that find which of `streams` (by their names' bytes) are in shards whose key `fencing.token + shard` no
+    /// session holds. The first takes a shared transaction lock on each shard's fence, so a node taking one
     /// of them over (which takes the fence's exclusive lock once it holds the shard) waits for this
     /// transaction.
     ///
@@ -280,12 +290,9 @@ enum PostgresBatch {
     /// for the shard lock's holder, which copies the server's whole lock tables (4% of all the processor
     /// time in w14, `Docs/Performance.md`). A try that succeeds holds the key shared until this
     /// transaction ends: the node's lock connection, taking the shard again, waits for it.
-    static func unowned(
-        _ streams: [String],
-        fencing: Fencing,
-        schema: String,
-        on connection: PostgresConnection
-    ) throws(PostgresError) -> Set<[UInt8]> {
+    ///
+    /// In order: the fences' locks, then the keys' tries, whose rows ``unowned(in:)`` reads.
+    static func unownedStatements(_ streams: [String], fencing: Fencing, schema: String) -> [PostgresStatement] {
         var unique: [String] = []
         var seen: Set<[UInt8]> = []
         for stream in streams where seen.insert(Array(stream.utf8)).inserted { unique.append(stream) }
@@ -293,37 +300,44 @@ enum PostgresBatch {
         let named =
             "WITH s AS (SELECT v.stream, \(schema).shard_of(v.stream, $1::integer) AS shard "
             + "FROM unnest($3::text[]) AS v (stream))"
-        try connection.execute(
-            named + " SELECT pg_advisory_xact_lock_shared(hashtext($2 || '.fence'), shard) "
-                + "FROM (SELECT DISTINCT shard FROM s ORDER BY shard) d",
-            parameters,
-            prepared: true
-        )
-        let rows = try connection.execute(
-            named + " SELECT s.stream FROM s WHERE pg_try_advisory_xact_lock_shared($4::bigint + s.shard)",
-            parameters + [.int(fencing.token)],
-            prepared: true
-        )
+        return [
+            PostgresStatement(
+                named + " SELECT pg_advisory_xact_lock_shared(hashtext($2 || '.fence'), shard) "
+                    + "FROM (SELECT DISTINCT shard FROM s ORDER BY shard) d",
+                parameters,
+                prepared: true
+            ),
+            PostgresStatement(
+                named + " SELECT s.stream FROM s WHERE pg_try_advisory_xact_lock_shared($4::bigint + s.shard)",
+                parameters + [.int(fencing.token)],
+                prepared: true
+            ),
+        ]
+    }
+
+    /// The streams (by their names' bytes) the keys' tries of ``unownedStatements(_:fencing:schema:)``
+    /// found unowned, from its rows.
+    static func unowned(in rows: PostgresRows) throws(PostgresError) -> Set<[UInt8]> {
         var unowned: Set<[UInt8]> = []
         for row in rows.rows.indices { unowned.insert(Array(try rows.text(row, 0).utf8)) }
         return unowned
     }
 
     /// The current version of each of `streams` (0 for one with no events), and which of the inbox
-    /// rows `inboxRows` an event already consumed: one statement.
-    static func versions(
+    /// rows `inboxRows` an event already consumed: one statement, whose rows ``versions(in:)`` reads;
+    /// `nil` when there is nothing to ask.
+    static func versionsStatement(
         of streams: [String],
-        consuming inboxRows: [Int64] = [],
-        schema: String,
-        on connection: PostgresConnection
-    ) throws(PostgresError) -> (versions: [[UInt8]: UInt64], consumed: Set<Int64>) {
+        consuming inboxRows: [Int64],
+        schema: String
+    )
+        -> PostgresStatement?
+    {
         var unique: [String] = []
         var seen: Set<[UInt8]> = []
         for stream in streams where seen.insert(Array(stream.utf8)).inserted { unique.append(stream) }
-        var versions: [[UInt8]: UInt64] = [:]
-        var consumed: Set<Int64> = []
-        guard !unique.isEmpty || !inboxRows.isEmpty else { return (versions, consumed) }
-        let rows = try connection.execute(
+        guard !unique.isEmpty || !inboxRows.isEmpty else { return nil }
+        return PostgresStatement(
             """
             SELECT v.stream, coalesce((SELECT max(e.version) FROM \(schema).events e WHERE e.stream = v.stream), 0)::bigint
             FROM unnest($1::text[]) AS v (stream)
@@ -333,6 +347,16 @@ enum PostgresBatch {
             [.texts(unique), .ints(inboxRows)],
             prepared: true
         )
+    }
+
+    /// The versions and the consumed inbox rows the rows of ``versionsStatement(of:consuming:schema:)`` say.
+    static func versions(
+        in rows: PostgresRows
+    ) throws(PostgresError)
+        -> (versions: [[UInt8]: UInt64], consumed: Set<Int64>)
+    {
+        var versions: [[UInt8]: UInt64] = [:]
+        var consumed: Set<Int64> = []
         for row in rows.rows.indices {
             if rows.rows[row][0] == nil {
                 consumed.insert(try rows.int(row, 1))
@@ -343,10 +367,9 @@ enum PostgresBatch {
         return (versions, consumed)
     }
 
-    /// Inserts `rows` with one statement.
-    static func insert(_ rows: ArraySlice<Row>, schema: String, on connection: PostgresConnection) throws(PostgresError)
-    {
-        try connection.execute(insertion(schema, from: 1), eventParameters(rows), prepared: true)
+    /// The statement inserting `rows`.
+    static func insertStatement(_ rows: ArraySlice<Row>, schema: String) -> PostgresStatement {
+        PostgresStatement(insertion(schema, from: 1), eventParameters(rows), prepared: true)
     }
 
     /// The `INSERT` of events, its parameters numbered from `first` (four, as ``eventParameters(_:)``

@@ -112,6 +112,20 @@ package struct PostgresRows: Sendable {
     }
 }
 
+/// One statement of a ``PostgresConnection/pipeline(_:)``: its text, its parameters, and whether it is
+/// prepared once on the connection (see ``PostgresConnection/execute(_:_:prepared:)``).
+package struct PostgresStatement {
+    package var sql: String
+    package var parameters: [PostgresValue]
+    package var prepared: Bool
+
+    package init(_ sql: String, _ parameters: [PostgresValue] = [], prepared: Bool = false) {
+        self.sql = sql
+        self.parameters = parameters
+        self.prepared = prepared
+    }
+}
+
 /// One libpq connection. Not thread-safe, like libpq's own: its owner uses it from one thread at a
 /// time (the stores run it on a serial queue of their own). Every call blocks until the server answers.
 package final class PostgresConnection {
@@ -187,46 +201,178 @@ package final class PostgresConnection {
         prepared: Bool = false
     ) throws(PostgresError) -> PostgresRows {
         guard let connection else { throw PostgresError(.connection, message: "the connection is closed") }
-        var types: [UInt32] = []
-        var lengths: [Int32] = []
-        var formats: [Int32] = []
-        var buffers: [[UInt8]] = []
-        var nulls: [Bool] = []
-        types.reserveCapacity(parameters.count)
-        for parameter in parameters {
-            let (type, bytes) = parameter.binary
-            types.append(type)
-            buffers.append(bytes ?? [])
-            nulls.append(bytes == nil)
-            guard let length = Int32(exactly: buffers[buffers.count - 1].count) else {
-                throw PostgresError(.statement, message: "a parameter of \(buffers[buffers.count - 1].count) bytes")
-            }
-            lengths.append(length)
-            formats.append(1)
-        }
-        var name: String?
-        if prepared {
-            if let known = self.prepared[sql] {
-                name = known
-            } else {
-                let fresh = "effectloop_\(self.prepared.count)"
-                let made = PQprepare(connection, fresh, sql, Int32(parameters.count), types)
-                try Self.check(made, on: connection)
-                PQclear(made)
-                self.prepared[sql] = fresh
-                name = fresh
-            }
-        }
-        let result = Self.withPointers(to: buffers, nulls: nulls) { values in
+        let bound = try Bound(parameters)
+        let name = prepared ? try self.name(preparing: sql, types: bound.types, on: connection) : nil
+        let result = Self.withPointers(to: bound.buffers, nulls: bound.nulls) { values in
             if let name {
-                PQexecPrepared(connection, name, Int32(parameters.count), values, lengths, formats, 1)
+                PQexecPrepared(connection, name, Int32(parameters.count), values, bound.lengths, bound.formats, 1)
             } else {
-                PQexecParams(connection, sql, Int32(parameters.count), types, values, lengths, formats, 1)
+                PQexecParams(
+                    connection,
+                    sql,
+                    Int32(parameters.count),
+                    bound.types,
+                    values,
+                    bound.lengths,
+                    bound.formats,
+                    1
+                )
             }
         }
         try Self.check(result, on: connection)
         guard let result else { throw PostgresError(.connection, message: Self.message(of: connection)) }
         defer { PQclear(result) }
+        return Self.rows(of: result)
+    }
+
+    /// Runs `statements` in order, sent together and answered together (libpq's pipeline mode): one
+    /// round trip to the server for all of them, where ``execute(_:_:prepared:)`` takes one each. Returns
+    /// each statement's rows.
+    ///
+    /// The first statement that fails throws its error, and the server skips those after it. A
+    /// transaction is not implied: a caller that needs one sends `BEGIN` first (a failure then leaves the
+    /// transaction aborted, for the caller to roll back), as it would statement by statement.
+    @discardableResult
+    package func pipeline(_ statements: [PostgresStatement]) throws(PostgresError) -> [PostgresRows] {
+        guard let connection else { throw PostgresError(.connection, message: "the connection is closed") }
+        if statements.isEmpty { return [] }
+        var bounds: [Bound] = []
+        var names: [String?] = []
+        for statement in statements {
+            let bound = try Bound(statement.parameters)
+            // Prepared before the pipeline begins (once per connection): a statement's first run.
+            names.append(
+                statement.prepared ? try name(preparing: statement.sql, types: bound.types, on: connection) : nil
+            )
+            bounds.append(bound)
+        }
+        guard PQenterPipelineMode(connection) == 1 else {
+            throw PostgresError(.connection, message: Self.message(of: connection))
+        }
+        var sent = 0
+        for (index, statement) in statements.enumerated() {
+            let bound = bounds[index]
+            let queued = Self.withPointers(to: bound.buffers, nulls: bound.nulls) { values in
+                if let name = names[index] {
+                    PQsendQueryPrepared(
+                        connection,
+                        name,
+                        Int32(bound.types.count),
+                        values,
+                        bound.lengths,
+                        bound.formats,
+                        1
+                    )
+                } else {
+                    PQsendQueryParams(
+                        connection,
+                        statement.sql,
+                        Int32(bound.types.count),
+                        bound.types,
+                        values,
+                        bound.lengths,
+                        bound.formats,
+                        1
+                    )
+                }
+            }
+            guard queued == 1 else { break }
+            sent += 1
+        }
+        // The sync ends the pipeline's implicit grouping and sends what is buffered; its result comes last.
+        let synced = PQpipelineSync(connection) == 1
+        var results: [PostgresRows] = []
+        var failure: PostgresError?
+        if synced {
+            for _ in 0..<sent {
+                // Each statement's results, then a null between it and the next.
+                var rows: PostgresRows?
+                while let result = PQgetResult(connection) {
+                    let status = PQresultStatus(result)
+                    if status == PGRES_PIPELINE_ABORTED {
+                        PQclear(result)
+                        continue
+                    }
+                    if failure == nil {
+                        do throws(PostgresError) {
+                            try Self.check(result, on: connection)
+                            rows = Self.rows(of: result)
+                            PQclear(result)
+                        } catch {
+                            failure = error
+                        }
+                    } else {
+                        PQclear(result)
+                    }
+                }
+                if PQstatus(connection) != CONNECTION_OK { break }
+                if let rows { results.append(rows) }
+            }
+            // The sync's own result.
+            while PQstatus(connection) == CONNECTION_OK, let result = PQgetResult(connection) {
+                let status = PQresultStatus(result)
+                PQclear(result)
+                if status == PGRES_PIPELINE_SYNC { break }
+            }
+        }
+        let ended = PQexitPipelineMode(connection) == 1
+        if var failure {
+            // A session the server ended answers with its error first and is seen broken only after it:
+            // a connection error, whatever the statement's result said.
+            if PQstatus(connection) != CONNECTION_OK { failure.kind = .connection }
+            throw failure
+        }
+        guard synced, ended, sent == statements.count, results.count == statements.count,
+            PQstatus(connection) == CONNECTION_OK
+        else {
+            throw PostgresError(.connection, message: Self.message(of: connection))
+        }
+        return results
+    }
+
+    /// A statement's parameters, laid out as libpq takes them (binary format).
+    private struct Bound {
+        var types: [UInt32] = []
+        var lengths: [Int32] = []
+        var formats: [Int32] = []
+        var buffers: [[UInt8]] = []
+        var nulls: [Bool] = []
+
+        init(_ parameters: [PostgresValue]) throws(PostgresError) {
+            types.reserveCapacity(parameters.count)
+            for parameter in parameters {
+                let (type, bytes) = parameter.binary
+                types.append(type)
+                buffers.append(bytes ?? [])
+                nulls.append(bytes == nil)
+                guard let length = Int32(exactly: buffers[buffers.count - 1].count) else {
+                    throw PostgresError(.statement, message: "a parameter of \(buffers[buffers.count - 1].count) bytes")
+                }
+                lengths.append(length)
+                formats.append(1)
+            }
+        }
+    }
+
+    /// The name `sql` is prepared under on this connection, preparing it now if it is not yet.
+    private func name(
+        preparing sql: String,
+        types: [UInt32],
+        on connection: OpaquePointer
+    ) throws(PostgresError)
+        -> String
+    {
+        if let known = prepared[sql] { return known }
+        let fresh = "effectloop_\(prepared.count)"
+        let made = PQprepare(connection, fresh, sql, Int32(types.count), types)
+        try Self.check(made, on: connection)
+        PQclear(made)
+        prepared[sql] = fresh
+        return fresh
+    }
+
+    /// The rows of `result` (binary format), and how many rows its command affected.
+    private static func rows(of result: OpaquePointer) -> PostgresRows {
         var rows: [[[UInt8]?]] = []
         let (count, columns) = (PQntuples(result), PQnfields(result))
         rows.reserveCapacity(Int(count))

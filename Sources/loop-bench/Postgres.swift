@@ -63,7 +63,7 @@ extension Workloads {
     }
 
     /// The raw baseline of w10: `events` rows like the store's, inserted by a plain loop in transactions
-    /// of `batch` rows, each one multi-row INSERT.
+    /// of `batch` rows, each one multi-row INSERT, sent with its `BEGIN` and `COMMIT` in one round trip.
     static func rawInserts(_ base: String, schema: String, events: Int, batch: Int) throws -> Double {
         let connection = try PostgresConnection(base)
         defer { connection.close() }
@@ -82,12 +82,16 @@ extension Workloads {
                 values.append("($\(3 * index + 1), $\(3 * index + 2), $\(3 * index + 3))")
                 parameters += [.text("\(entity)"), .int(version[entity]), .bytes(payload)]
             }
-            try connection.execute("BEGIN")
-            try connection.execute(
-                "INSERT INTO \(schema).raw (stream, version, payload) VALUES " + values.joined(separator: ","),
-                parameters
-            )
-            try connection.execute("COMMIT")
+            // One round trip for the transaction (libpq's pipeline mode), as the store's writes and commit
+            // take one.
+            try connection.pipeline([
+                PostgresStatement("BEGIN"),
+                PostgresStatement(
+                    "INSERT INTO \(schema).raw (stream, version, payload) VALUES " + values.joined(separator: ","),
+                    parameters
+                ),
+                PostgresStatement("COMMIT"),
+            ])
             sent += count
         }
         let elapsed = ContinuousClock.now - start
