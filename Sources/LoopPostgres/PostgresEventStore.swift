@@ -44,7 +44,16 @@ public final class PostgresEventStore: EventStore {
     /// How appends prove their writer owns their streams, for a cluster node's store.
     private let fencing = Locked<PostgresBatch.Fencing?>(nil)
     /// Told the inbox rows each committed transaction consumed, for a cluster node's store.
-    private let consumed = Locked<(@Sendable ([Int64]) -> Void)?>(nil)
+    ///
+    /// In a struct: a lock whose value is the closure itself keeps it in the generic's form, and each
+    /// read (`withLock { $0 }`, whose write-back converts it again) wrapped it in two more conversion
+    /// thunks, so each commit's call went two frames deeper than the last one's.
+    private let consumed = Locked<ConsumedRows?>(nil)
+
+    /// The callback of ``onConsumed(_:)``.
+    private struct ConsumedRows {
+        let body: @Sendable ([Int64]) -> Void
+    }
     private let batches = Atomic<Int>(0)
 
     /// How many transactions the writer has committed (or tried to): fewer than the appends when
@@ -138,7 +147,7 @@ public final class PostgresEventStore: EventStore {
     /// Calls `body`, after each transaction commits, with the inbox rows its events consumed (deleted),
     /// as `inboxRowOf` reads them; on the writer's thread, so it must return quickly.
     package func onConsumed(_ body: @escaping @Sendable ([Int64]) -> Void) {
-        consumed.withLock { $0 = body }
+        consumed.withLock { $0 = ConsumedRows(body: body) }
     }
 
     /// Closes the store's connections once the appends already queued are written; later operations
@@ -381,7 +390,7 @@ public final class PostgresEventStore: EventStore {
                     guard case .success = result else { continue }
                     for payload in append.payloads { if let row = inboxRowOf(payload) { rows.append(row) } }
                 }
-                if !rows.isEmpty { consumed(rows) }
+                if !rows.isEmpty { consumed.body(rows) }
             }
             return results
         case .failure(let error) where error.kind == .statement && batch.count > 1:

@@ -1,3 +1,4 @@
+import Foundation
 import LoopPersistence
 import LoopPostgres
 import LoopRuntime
@@ -217,6 +218,36 @@ struct InboxConsumptionTests {
         #expect(told.withLock { $0 } == [[first]])
         #expect(try await store.append([b], to: "t", expecting: 0) == 1)
         #expect(told.withLock { $0 } == [[first], [second]])
+        await store.close()
+        await inbox.close()
+    }
+
+    /// The store's callback stays the callback it was given. Kept in a lock whose value was the closure
+    /// itself, each commit's read of it wrapped it in two more conversion thunks (the lock's value is
+    /// generic, and the read's write-back converted it again), so each call went through twice as many
+    /// frames as commits before it: a node slowed with every commit, until its writer's stack overflowed.
+    @Test func theConsumedRowsCallbackIsCalledAtTheSameDepthAfterManyCommits() async throws {
+        let database = try await TemporaryPostgres.shared().createDatabase()
+        let inbox = try await PostgresInbox(connecting: database)
+        let store = try await PostgresEventStore(
+            connecting: database,
+            schema: "effectloop",
+            inboxRowOf: { InboxedCodec<String>.inboxRow(of: $0) }
+        )
+        let depths = Locked<[Int]>([])
+        store.onConsumed { _ in
+            let depth = Thread.callStackSymbols.count
+            depths.withLock { $0.append(depth) }
+        }
+        let codec = InboxedCodec(JSONCodec<String>())
+        for version in 0..<40 {
+            let row = try await inbox.send(Array("e".utf8), to: "s")
+            let event = try codec.encode(Inboxed(inboxRow: row, event: "e"))
+            #expect(try await store.append([event], to: "s", expecting: UInt64(version)) == UInt64(version) + 1)
+        }
+        let seen = depths.withLock { $0 }
+        #expect(seen.count == 40)
+        #expect((seen.max() ?? 0) - (seen.min() ?? 0) < 4, "stack depths of the calls: \(seen)")
         await store.close()
         await inbox.close()
     }
