@@ -280,10 +280,10 @@ enum PostgresBatch {
         return answers
     }
 
-    /// The statements that find which of `streams` (by their names' bytes) are in shards whose key `fencing.token + shard` no
-    /// session holds. The first takes a shared transaction lock on each shard's fence, so a node taking one
-    /// of them over (which takes the fence's exclusive lock once it holds the shard) waits for this
-    /// transaction.
+    /// The statements that find which of `streams` (by their names' bytes) are in shards whose key
+    /// `fencing.token + shard` no session holds. The first takes a shared transaction lock on each shard's
+    /// fence, so a node taking one of them over (which takes the fence's exclusive lock once it holds the
+    /// shard) waits for this transaction.
     ///
     /// A try for a shared lock on the key fails exactly while a session holds it, which only the node's
     /// lock connection ever does: the check costs a lock try for each stream. It once read `pg_locks`

@@ -285,7 +285,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
         // Here, inlined into the caller, so each drain is compiled for the loops' own types (as in
         // ``Loop/run()``).
         for (loop, first) in started { loop.start(with: first) }
-        return await finish(host)
+        return await waitForEnd(of: host)
     }
 
     /// Starts the group on a new host; the loops created before, each with what to start it with.
@@ -308,7 +308,7 @@ public final class LoopGroup<ID: Hashable & Sendable, State: Sendable, Event: Se
     /// Waits for `host` to end (cancelled with the caller's task), ends what is left, and returns the
     /// group's report.
     @usableFromInline
-    func finish(_ host: Host) async -> LoopReport {
+    func waitForEnd(of host: Host) async -> LoopReport {
         await withTaskCancellationHandler {
             await host.ended()
         } onCancel: {

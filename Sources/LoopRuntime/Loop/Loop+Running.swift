@@ -22,12 +22,12 @@ extension Loop {
         // A drain started in generic code keeps going while events keep coming, and ran each of them
         // through generic-metadata lookups (a third of w2s's time, `Docs/Performance.md`).
         start(with: first)
-        return await finish(host)
+        return await waitForEnd(of: host)
     }
 
     /// Waits for `host` to end (cancelled with the caller's task), then returns the report.
     @usableFromInline
-    func finish(_ host: Host) async -> LoopReport {
+    func waitForEnd(of host: Host) async -> LoopReport {
         await withTaskCancellationHandler {
             await host.ended()
         } onCancel: {
