@@ -28,6 +28,11 @@ internal import Darwin
 /// `pthread_mutex_lock` and `pthread_mutex_unlock` of the mutex stored in the same buffer, so every
 /// access is serialised and ordered by it; the mutex lives at a stable address for the buffer's whole
 /// life and is destroyed only in the buffer's `deinit`, when no other reference exists.
+///
+/// Do not make the value a closure (or an optional one): a generic value keeps a closure in its most
+/// general form, and a `withLock { $0 }` converts it on the way out and again on its write-back, so each
+/// read wraps it in two more conversion thunks and every later call goes through all of them (a cluster
+/// node's store did, two frames deeper at each commit). Keep the closure in a struct, and lock that.
 @usableFromInline
 package struct Locked<Value>: @unchecked Sendable {
     @usableFromInline
