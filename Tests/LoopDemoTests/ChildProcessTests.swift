@@ -65,6 +65,12 @@ import Glibc
         #expect(tid > 0)
         defer { ChildProcess.stop(pid, with: SIGKILL) }
         await waitUntil("the thread has ended") { access("/proc/self/task/\(tid)", F_OK) != 0 }
+        // The pid is `setpriv`'s, which then execs `sleep`; while the kernel swaps the image in, the
+        // command line reads as empty. Wait for the exec (it comes unless the child died), then check
+        // that the child still runs.
+        await waitUntil("the child has become sleep") {
+            Demo.read("/proc/\(pid)/cmdline").hasPrefix("/bin/sleep\u{0}600") || isGone(pid)
+        }
         var status: Int32 = 0
         #expect(waitpid(pid, &status, WNOHANG) == 0, "the child still runs")
         #expect(Demo.read("/proc/\(pid)/cmdline").hasPrefix("/bin/sleep\u{0}600"))
