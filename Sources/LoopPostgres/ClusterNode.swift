@@ -1237,6 +1237,8 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         var undecodable: [(InboxRow, String)] = []
         var fresh: [(InboxRow, Event)] = []
         var repeats: [Int64] = []
+        // Decoded before the ledger is locked: the store's writer and the entities' answers wait on it.
+        let decoded = rows.map { row in Result { try events.decode(row.payload) } }
         ledger.withLock { ledger in
             // Rows seen in flight and no longer in the inbox were committed.
             if whole {
@@ -1252,7 +1254,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 ledger.reading = false
                 ledger.committedDuringRead.removeAll(keepingCapacity: true)
             }
-            for row in rows
+            for (row, decoded) in zip(rows, decoded)
             where !row.skipped && !ledger.inFlight.contains(row.id) && !ledger.committedDuringRead.contains(row.id)
                 && ledger.ownership.owned.contains(row.shard)
             {
@@ -1267,7 +1269,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                     continue
                 }
                 do {
-                    fresh.append((row, try events.decode(row.payload)))
+                    fresh.append((row, try decoded.get()))
                     ledger.inFlight.insert(row.id)
                     ledger.shardOf[row.stream] = row.shard
                     ledger.lastActive[row.stream] = .now
@@ -1279,13 +1281,13 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         }
         for (row, event) in fresh {
             guard let request = row.request else {
-                _ = entities.send(Inboxed(inboxRow: row.id, event: event), row.stream)
+                _ = entities.send(Inboxed(inboxRow: row.id, event: event, received: row.payload), row.stream)
                 continue
             }
             // A request: its answer, once recorded, is written where its caller reads it (by the append
             // that records it, or below, for a repeat answered from the record).
             let call = DurableCall(
-                event: Inboxed(inboxRow: row.id, event: event),
+                event: Inboxed(inboxRow: row.id, event: event, received: row.payload),
                 key: request.key,
                 fingerprint: request.digest,
                 reply: request.reply

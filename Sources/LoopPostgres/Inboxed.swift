@@ -6,12 +6,25 @@ public struct Inboxed<Event: Sendable>: Sendable {
     /// The inbox row, or `nil` for feedback from the entity's own effects.
     public var inboxRow: Int64?
     /// The event.
-    public var event: Event
+    public var event: Event {
+        didSet { received = nil }
+    }
+    /// The bytes the event was decoded from, in the cluster's codec, when it came from an inbox row: the
+    /// store records them as they came instead of encoding the event again (a node's events are
+    /// decoded once and never re-encoded). Forgotten when `event` is changed.
+    var received: [UInt8]?
 
     /// Wraps `event`.
     public init(inboxRow: Int64?, event: Event) {
         self.inboxRow = inboxRow
         self.event = event
+    }
+
+    /// Wraps `event`, decoded from `received` (the inbox row's payload).
+    init(inboxRow: Int64, event: Event, received: [UInt8]) {
+        self.inboxRow = inboxRow
+        self.event = event
+        self.received = received
     }
 }
 
@@ -26,10 +39,17 @@ public struct InboxedCodec<Event: Sendable>: EventCodec {
         self.base = base
     }
 
-    /// The marker byte, then the id's 8 bytes (big-endian) if there is one, then the event's bytes.
+    /// The marker byte, then the id's 8 bytes (big-endian) if there is one, then the event's bytes (as
+    /// they came from the inbox row, if they did).
     public func encode(_ value: Inboxed<Event>) throws -> [UInt8] {
-        guard let inbox = value.inboxRow else { return [0] + (try base.encode(value.event)) }
-        return [1] + (0..<8).map { UInt8(truncatingIfNeeded: inbox >> (56 - 8 * $0)) } + (try base.encode(value.event))
+        let event = try value.received ?? base.encode(value.event)
+        guard let inbox = value.inboxRow else { return [0] + event }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(9 + event.count)
+        bytes.append(1)
+        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: inbox >> shift)) }
+        bytes.append(contentsOf: event)
+        return bytes
     }
 
     /// The event and its inbox row's id; a ``/LoopPersistence/CodecError`` for bytes it did not make.

@@ -125,13 +125,20 @@ enum PostgresBatch {
                 // waited for the server's process to be scheduled.
                 // An append carrying an inbox row another writer already consumed repeats a transition
                 // someone else made: it conflicts, as a stale version does.
+                // Each stream once, by its name's bytes (canonically equivalent names are two streams to
+                // PostgreSQL), in the order the appends name them.
+                var streams: [String] = []
+                var seen: Set<[UInt8]> = []
+                for append in appends where seen.insert(Array(append.stream.utf8)).inserted {
+                    streams.append(append.stream)
+                }
                 let asked = versionsStatement(
-                    of: appends.map(\.stream),
+                    of: streams,
                     consuming: inboxRowOf.map { inboxRowOf in appends.flatMap { $0.payloads.compactMap(inboxRowOf) } }
                         ?? [],
                     schema: schema
                 )
-                let fences = fencing.map { unownedStatements(appends.map(\.stream), fencing: $0, schema: schema) } ?? []
+                let fences = fencing.map { unownedStatements(streams, fencing: $0, schema: schema) } ?? []
                 let checked = try connection.pipeline(
                     [PostgresStatement("BEGIN")] + (asked.map { [$0] } ?? []) + fences
                 )
@@ -280,7 +287,7 @@ enum PostgresBatch {
         return answers
     }
 
-    /// The statements that find which of `streams` (by their names' bytes) are in shards whose key
+    /// The statements that find which of `streams` (each once) are in shards whose key
     /// `fencing.token + shard` no session holds. The first takes a shared transaction lock on each shard's
     /// fence, so a node taking one of them over (which takes the fence's exclusive lock once it holds the
     /// shard) waits for this transaction.
@@ -293,10 +300,7 @@ enum PostgresBatch {
     ///
     /// In order: the fences' locks, then the keys' tries, whose rows ``unowned(in:)`` reads.
     static func unownedStatements(_ streams: [String], fencing: Fencing, schema: String) -> [PostgresStatement] {
-        var unique: [String] = []
-        var seen: Set<[UInt8]> = []
-        for stream in streams where seen.insert(Array(stream.utf8)).inserted { unique.append(stream) }
-        let parameters: [PostgresValue] = [.int(Int64(fencing.shards)), .text(schema), .texts(unique)]
+        let parameters: [PostgresValue] = [.int(Int64(fencing.shards)), .text(schema), .texts(streams)]
         let named =
             "WITH s AS (SELECT v.stream, \(schema).shard_of(v.stream, $1::integer) AS shard "
             + "FROM unnest($3::text[]) AS v (stream))"
@@ -323,7 +327,7 @@ enum PostgresBatch {
         return unowned
     }
 
-    /// The current version of each of `streams` (0 for one with no events), and which of the inbox
+    /// The current version of each of `streams` (each once; 0 for one with no events), and which of the inbox
     /// rows `inboxRows` an event already consumed: one statement, whose rows ``versions(in:)`` reads;
     /// `nil` when there is nothing to ask.
     static func versionsStatement(
@@ -333,10 +337,7 @@ enum PostgresBatch {
     )
         -> PostgresStatement?
     {
-        var unique: [String] = []
-        var seen: Set<[UInt8]> = []
-        for stream in streams where seen.insert(Array(stream.utf8)).inserted { unique.append(stream) }
-        guard !unique.isEmpty || !inboxRows.isEmpty else { return nil }
+        guard !streams.isEmpty || !inboxRows.isEmpty else { return nil }
         return PostgresStatement(
             """
             SELECT v.stream, coalesce((SELECT max(e.version) FROM \(schema).events e WHERE e.stream = v.stream), 0)::bigint
@@ -344,7 +345,7 @@ enum PostgresBatch {
             UNION ALL
             SELECT NULL, inbox_id FROM \(schema).events WHERE inbox_id = ANY($2::bigint[])
             """,
-            [.texts(unique), .ints(inboxRows)],
+            [.texts(streams), .ints(inboxRows)],
             prepared: true
         )
     }

@@ -137,6 +137,9 @@ package enum PostgresSchema {
             // ``composeStoredNames(_:on:)`` (in Swift, with the tables the library composes by:
             // PostgreSQL's own `normalize` may know an older Unicode, and works only in UTF-8).
             [],
+            // The index of the events by shard served the takeover's search for a shard's streams, which
+            // reads `awake` since: no query uses it, and every event paid for one more index entry.
+            ["DROP INDEX IF EXISTS \(schema).events_by_shard"],
         ]
     }
 

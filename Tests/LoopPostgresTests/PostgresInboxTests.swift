@@ -153,7 +153,7 @@ struct PostgresInboxTests {
             database,
             sql: "SELECT value FROM effectloop.effectloop_meta WHERE key = 'schema_version'"
         )
-        #expect(version.filter { !$0.isWhitespace } == "7")
+        #expect(version.filter { !$0.isWhitespace } == "8")
         #expect(try await store.append([[1]], to: "s", expecting: 0) == 1)
         await inbox.close()
         await store.close()
