@@ -688,6 +688,37 @@ struct ClusterNodeTests {
         _ = try await running.value
     }
 
+    /// An event from the inbox is recorded as the bytes it came in, in the sender's spelling of the
+    /// codec's format, not decoded and encoded again.
+    @Test func anInboxRowsEventIsRecordedAsItsBytesCame() async throws {
+        let database = try await TemporaryPostgres.shared().createDatabase()
+        let node = try await Counter.node(database, "solo")
+        let running = Task { try await node.run() }
+        try await Self.eventually("the node to own every shard") { node.ownedShards.count == 64 }
+        let encoded = String(decoding: try JSONCodec<Counter.Event>().encode(.add(5)), as: UTF8.self)
+        // The same event as a person might type it: JSON with spaces the encoder never writes.
+        let spelled = String(encoded.flatMap { $0 == ":" ? Array(" : ") : $0 == "{" ? Array("{ ") : [$0] })
+        #expect(spelled != encoded)
+        _ = try await TemporaryPostgres.psql(
+            database,
+            sql: "INSERT INTO effectloop.inbox (stream, payload) VALUES ('spelled', convert_to('\(spelled)', 'UTF8'))"
+        )
+        try await Self.eventually("the inbox to drain") {
+            try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+        }
+        #expect(node.state(of: "spelled") == 5)
+        let recorded = try await Self.query(
+            database,
+            """
+            SELECT count(*) FROM effectloop.events
+            WHERE stream = 'spelled' AND position(convert_to('\(spelled)', 'UTF8') in payload) > 0
+            """
+        )
+        #expect(recorded == "1")
+        node.stop()
+        _ = try await running.value
+    }
+
     @Test func aRowThatDoesNotDecodeGoesToTheDeadLettersAndTheRestIsProcessed() async throws {
         let database = try await TemporaryPostgres.shared().createDatabase()
         let node = try await Counter.node(database, "solo")
