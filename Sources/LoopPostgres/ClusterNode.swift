@@ -654,11 +654,17 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             // of new rows wakes the node to read the inbox alone.
             var beat = ContinuousClock.now
             var first = true
+            // Rows read right after a notification woke the wait, in the same turn of the connection's
+            // queue: a wait and then a read in two turns cost two more thread switches on the way of
+            // every request (each a wait for a processor, on a busy machine).
+            var notified: [InboxRow]?
             while !ledger.withLock({ $0.stopping }) && !Task.isCancelled {
                 lease.turned()
                 let rows: [InboxRow]
-                let whole = first || ContinuousClock.now - beat >= configuration.heartbeat
-                if whole {
+                let whole = notified == nil && (first || ContinuousClock.now - beat >= configuration.heartbeat)
+                if let read = notified {
+                    rows = read
+                } else if whole {
                     beat = .now
                     first = false
                     rows = try await tick()
@@ -666,18 +672,15 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
                 } else {
                     rows = try await read()
                 }
+                notified = nil
                 dispatch(rows, whole: whole)
                 if let ended = failures(passingTo: failed) {
                     failure = ended
                     break
                 }
-                let left = max(.milliseconds(1), configuration.heartbeat - (ContinuousClock.now - beat))
-                let wait = Int32(clamping: left.wholeMilliseconds)
                 // Woken early by a notification; rows that came meanwhile are read at the next tick.
                 if rows.count < configuration.batch {
-                    _ = try await control.run { [wakeup] connection throws(PostgresError) in
-                        try connection.waitForNotification(milliseconds: wait, wakeup: wakeup)
-                    }
+                    notified = try await waitThenRead(until: beat + configuration.heartbeat)
                 }
             }
         } catch let error as PostgresError {
@@ -1036,7 +1039,27 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
     /// that are not in flight already, and marks their entities, as a heartbeat does, without the
     /// heartbeat's membership work.
     private func read() async throws -> [InboxRow] {
-        let (schema, batch) = (configuration.schema, configuration.batch)
+        try await control.run { [self] connection throws(PostgresError) in try read(on: connection) }
+    }
+
+    /// Waits on the control connection for a notification of new inbox rows (until `due`, the next
+    /// heartbeat, at the latest), then reads them as ``read()`` does, in the same turn of the
+    /// connection's queue. `nil` when it read nothing: the wait ran out, the heartbeat is due, or the
+    /// node was woken to stop.
+    private func waitThenRead(until due: ContinuousClock.Instant) async throws -> [InboxRow]? {
+        try await control.run { [self] connection throws(PostgresError) -> [InboxRow]? in
+            let left = max(.milliseconds(1), due - ContinuousClock.now)
+            let woken = try connection.waitForNotification(
+                milliseconds: Int32(clamping: left.wholeMilliseconds),
+                wakeup: wakeup
+            )
+            guard woken, ContinuousClock.now < due, !ledger.withLock({ $0.stopping }) else { return nil }
+            return try read(on: connection)
+        }
+    }
+
+    /// ``read()``'s work, on the control connection's queue.
+    private func read(on connection: PostgresConnection) throws(PostgresError) -> [InboxRow] {
         let (owned, known, failed, inFlight) = ledger.withLock { ledger in
             ledger.reading = true
             return (
@@ -1045,17 +1068,15 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             )
         }
         guard !owned.isEmpty else { return [] }
-        let (rows, marked) = try await control.run { connection throws(PostgresError) in
-            try Self.take(
-                from: owned,
-                skipping: failed,
-                excluding: inFlight,
-                known: known,
-                batch: batch,
-                schema: schema,
-                on: connection
-            )
-        }
+        let (rows, marked) = try Self.take(
+            from: owned,
+            skipping: failed,
+            excluding: inFlight,
+            known: known,
+            batch: configuration.batch,
+            schema: configuration.schema,
+            on: connection
+        )
         if !marked.isEmpty {
             ledger.withLock { ledger in
                 for (entity, shard) in marked { ledger.awake[entity] = shard }
