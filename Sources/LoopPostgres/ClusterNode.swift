@@ -990,7 +990,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
             let (rows, marked) = try Self.take(
                 from: view.owned,
                 skipping: failed,
-                known: known,
+                known: { known.contains($0) },
                 batch: batch,
                 schema: schema,
                 on: connection
@@ -1060,19 +1060,18 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
 
     /// ``read()``'s work, on the control connection's queue.
     private func read(on connection: PostgresConnection) throws(PostgresError) -> [InboxRow] {
-        let (owned, known, failed, inFlight) = ledger.withLock { ledger in
+        let (owned, failed, inFlight) = ledger.withLock { ledger in
             ledger.reading = true
-            return (
-                ledger.ownership.owned, Set(ledger.awake.keys), Set(ledger.failed.filter(\.value.failing).keys),
-                ledger.inFlight
-            )
+            return (ledger.ownership.owned, Set(ledger.failed.filter(\.value.failing).keys), ledger.inFlight)
         }
         guard !owned.isEmpty else { return [] }
+        // The marks are looked up for the rows read, not copied whole into a set (thousands of names
+        // hashed for each read of a few rows).
         let (rows, marked) = try Self.take(
             from: owned,
             skipping: failed,
             excluding: inFlight,
-            known: known,
+            known: { [ledger] stream in ledger.withLock { $0.awake[stream] != nil } },
             batch: configuration.batch,
             schema: configuration.schema,
             on: connection
@@ -1096,7 +1095,7 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         from owned: Set<Int>,
         skipping failed: Set<String>,
         excluding excluded: Set<Int64> = [],
-        known: Set<String>,
+        known: (String) -> Bool,
         batch: Int,
         schema: String,
         on connection: PostgresConnection
@@ -1166,20 +1165,20 @@ final class ClusterSession<State: Sendable, Event: Sendable, Effect: Sendable>: 
         }
         var marked: [(String, Int)] = []
         var seen: Set<String> = []
-        for row in rows where !row.skipped && !known.contains(row.stream) && seen.insert(row.stream).inserted {
+        for row in rows where !row.skipped && seen.insert(row.stream).inserted && !known(row.stream) {
             marked.append((row.stream, row.shard))
         }
-        for start in stride(from: 0, to: marked.count, by: 1_000) {
-            let chunk = marked[start..<min(start + 1_000, marked.count)]
-            var parameters: [PostgresValue] = []
-            var values: [String] = []
-            for (stream, shard) in chunk {
-                values.append("($\(parameters.count + 1), $\(parameters.count + 2)::integer)")
-                parameters += [.text(stream), .int(Int64(shard))]
-            }
+        if !marked.isEmpty {
+            // One prepared statement whatever the count: a list of values was a new statement to parse
+            // and plan for each count.
             try connection.execute(
-                "INSERT INTO \(schema).awake (stream, shard) VALUES \(values.joined(separator: ",")) ON CONFLICT DO NOTHING",
-                parameters
+                """
+                INSERT INTO \(schema).awake (stream, shard)
+                SELECT stream, shard::integer FROM unnest($1::text[], $2::bigint[]) AS v (stream, shard)
+                ON CONFLICT DO NOTHING
+                """,
+                [.texts(marked.map(\.0)), .ints(marked.map { Int64($0.1) })],
+                prepared: true
             )
         }
         return (rows, marked)
