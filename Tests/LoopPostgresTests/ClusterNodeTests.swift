@@ -688,6 +688,63 @@ struct ClusterNodeTests {
         _ = try await running.value
     }
 
+    /// A notification of new rows wakes the node between heartbeats, and it reads them at once: a steady
+    /// stream of rows, each notified, must not keep its heartbeats (its lease, its membership) from
+    /// coming, and every row is processed once. (On this machine the node keeps up with eight senders,
+    /// so a wait without notifications comes now and then even without the read's check of the
+    /// heartbeat's time: the test guards the heartbeat under load, not that check alone.)
+    @Test func aNodeUnderASteadyStreamOfRowsKeepsItsHeartbeat() async throws {
+        let database = try await TemporaryPostgres.shared().createDatabase()
+        let node = try await Counter.node(database, "busy")
+        let running = Task { try await node.run() }
+        try await Self.eventually("the node to own every shard") { node.ownedShards.count == 64 }
+        let stop = Locked(false)
+        // Eight senders at once: the node finds a notification waiting at each turn.
+        let sending = Task {
+            try await withThrowingTaskGroup(of: Int.self) { senders in
+                for sender in 0..<8 {
+                    senders.addTask {
+                        let inbox = try await PostgresInbox(connecting: database)
+                        let codec = JSONCodec<Counter.Event>()
+                        var sent = 0
+                        while !stop.withLock({ $0 }) {
+                            try await inbox.send(try codec.encode(.add(1)), to: "entity-\(sender)-\(sent % 10)")
+                            sent += 1
+                        }
+                        await inbox.close()
+                        return sent
+                    }
+                }
+                return try await senders.reduce(0, +)
+            }
+        }
+        func events() async throws -> Int {
+            Int(try await Self.query(database, "SELECT count(*) FROM effectloop.events")) ?? 0
+        }
+        func beat() async throws -> String {
+            try await Self.query(database, "SELECT heartbeat_at::text FROM effectloop.nodes WHERE node = 'busy'")
+        }
+        try await Self.eventually("the rows to flow") { try await events() >= 50 }
+        let before = try await events()
+        var (last, beats) = (try await beat(), 0)
+        try await Self.eventually("five heartbeats while rows keep coming") {
+            let now = try await beat()
+            if now != last { (last, beats) = (now, beats + 1) }
+            return beats >= 5
+        }
+        let during = try await events() - before
+        stop.withLock { $0 = true }
+        let sent = try await sending.value
+        #expect(beats >= 5)
+        #expect(during > 0, "rows were processed between the heartbeats")
+        try await Self.eventually("the inbox to drain") {
+            try await Self.query(database, "SELECT count(*) FROM effectloop.inbox") == "0"
+        }
+        #expect(try await events() == sent)
+        node.stop()
+        _ = try await running.value
+    }
+
     /// An event from the inbox is recorded as the bytes it came in, in the sender's spelling of the
     /// codec's format, not decoded and encoded again.
     @Test func anInboxRowsEventIsRecordedAsItsBytesCame() async throws {
