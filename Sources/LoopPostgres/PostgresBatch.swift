@@ -123,8 +123,6 @@ enum PostgresBatch {
                 // The transaction's checks go in one round trip (libpq's pipeline mode), the writes and the
                 // commit in a second: at one statement a round trip, a batch took six, and under load each
                 // waited for the server's process to be scheduled.
-                // An append carrying an inbox row another writer already consumed repeats a transition
-                // someone else made: it conflicts, as a stale version does.
                 // Each stream once, by its name's bytes (canonically equivalent names are two streams to
                 // PostgreSQL), in the order the appends name them.
                 var streams: [String] = []
@@ -132,6 +130,8 @@ enum PostgresBatch {
                 for append in appends where seen.insert(Array(append.stream.utf8)).inserted {
                     streams.append(append.stream)
                 }
+                // An append carrying an inbox row another writer already consumed repeats a transition
+                // someone else made: it conflicts, as a stale version does.
                 let asked = versionsStatement(
                     of: streams,
                     consuming: inboxRowOf.map { inboxRowOf in appends.flatMap { $0.payloads.compactMap(inboxRowOf) } }
