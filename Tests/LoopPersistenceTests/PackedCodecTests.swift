@@ -161,6 +161,9 @@ import Testing
         var (expected, got) = (small, back)
         (expected.double, got.double) = (0, 0)
         #expect(got == expected)
+        // A reply address is its request's id.
+        #expect(PackedCodec<ReplyTo<Int>>().encode(ReplyTo(id: 300)) == [0xAC, 0x02])
+        #expect(try PackedCodec<ReplyTo<Int>>().decode([0xAC, 0x02]).id == 300)
         for account in [Account.deposited(-5), .tagged(["a", "", "ü"]), .opened(owner: "", limit: 0)] {
             #expect(try PackedCodec<Account>().decode(PackedCodec<Account>().encode(account)) == account)
         }

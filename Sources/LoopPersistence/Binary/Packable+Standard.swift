@@ -1,6 +1,9 @@
 // The standard library's plain values as ``Packable``: integers as variable-length integers (signed ones
 // zigzag-encoded), `Bool` as one byte, floating-point numbers as their bits (little-endian), strings as
-// UTF-8 after their length, arrays as a count and their elements, optionals as 0 or 1 and the value.
+// UTF-8 after their length, arrays as a count and their elements, optionals as 0 or 1 and the value;
+// and a reply address as its request's id.
+
+public import LoopCore
 
 extension Int: Packable {
     /// Writes the integer zigzag-encoded, as a variable-length integer.
@@ -242,5 +245,19 @@ extension Unpacker {
         let value = try unpackVarint()
         guard let exact = T(exactly: value) else { throw failure("\(value) does not fit in \(T.self)", at: start) }
         return exact
+    }
+}
+
+extension ReplyTo: Packable {
+    /// Writes the request's id, as `Codable` encodes it: a reply address is stored as the stable reference
+    /// to its request, never as the live channel behind it.
+    @inlinable
+    public func pack(into packer: inout Packer) { packer.pack(id) }
+
+    /// Reads a request's id, as an address with no channel, as `Codable` decodes it: an event read back
+    /// from a store has no caller waiting on it.
+    @inlinable
+    public init(unpacking unpacker: inout Unpacker) throws(CodecError) {
+        self.init(id: try unpacker.unpackVarint())
     }
 }

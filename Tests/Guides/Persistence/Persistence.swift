@@ -394,6 +394,69 @@ func openRetaining(directory: String) throws -> FileEventStore {
 }
 
 // snippet
+/// A meter's events, packed by hand: a case number, then that case's values, in order.
+enum MeterEvent: Packable, Equatable, Sendable {
+    case reading(Int)
+    case reset(reason: String)
+
+    func pack(into packer: inout Packer) {
+        switch self {
+        case .reading(let value):
+            packer.pack(case: 0)
+            packer.pack(value)
+        case .reset(let reason):
+            packer.pack(case: 1)
+            packer.pack(reason)
+        }
+    }
+
+    init(unpacking unpacker: inout Unpacker) throws(CodecError) {
+        switch try unpacker.unpackCase() {
+        case 0: self = .reading(try unpacker.unpack())
+        case 1: self = .reset(reason: try unpacker.unpack())
+        case let other: throw unpacker.unknownCase(other, of: MeterEvent.self)
+        }
+    }
+}
+
+let meterProgram = DurableProgram<Int, MeterEvent, Never>(
+    initial: 0,
+    update: Update { total, event in
+        switch event {
+        case .reading(let value): total += value
+        case .reset: total = 0
+        }
+        return []
+    }
+)
+
+func meters(on store: any EventStore) -> DurableLoopGroup<String, Int, MeterEvent, Never> {
+    DurableLoopGroup(
+        program: meterProgram,
+        effects: EffectRouter(),
+        store: store,
+        events: PackedCodec<MeterEvent>(),
+        states: PackedCodec<Int>()
+    )
+}
+// end snippet
+
+@Test func packedEventsAreTheirFewBytesAndComeBackAfterARestart() async throws {
+    #expect(PackedCodec<MeterEvent>().encode(.reading(3)) == [0, 6])
+    let damaged = try #require(throws: CodecError.self) { try PackedCodec<MeterEvent>().decode([2]) }
+    #expect(damaged.description == "cannot decode MeterEvent: at byte 0 of 1: no case 2 in MeterEvent")
+    let store = InMemoryEventStore()
+    for expected in [5, 12] {
+        let group = meters(on: store)
+        let running = Task { try await group.run() }
+        _ = try await group.sendDurably(.reading(expected == 5 ? 5 : 7), to: "meter-1")
+        #expect(try await group.durableState(of: "meter-1") == expected)
+        group.stop()
+        _ = try await running.value
+    }
+}
+
+// snippet
 enum Wallet {
     struct State: Codable, Equatable, Sendable { var balance = 0 }
     enum Event: Codable, Sendable { case deposit(Int) }
