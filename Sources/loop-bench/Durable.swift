@@ -11,9 +11,27 @@ import Glibc
 
 /// The durable workloads' program: an entity adds up what it is sent; each event has one effect,
 /// which the benchmark counts, so "performed" means "durable, then its effect ran".
+///
+/// Its events and states are stored in their packed form (``PackedCodec``), as a service's hot events
+/// would be; w8 also measures recovery with the `Codable` form (``BinaryCodec``), side by side.
 enum Tally {
-    enum Event: Codable, Sendable, Equatable {
+    enum Event: Codable, Packable, Sendable, Equatable {
         case add(Int)
+
+        func pack(into packer: inout Packer) {
+            switch self {
+            case .add(let amount):
+                packer.pack(case: 0)
+                packer.pack(amount)
+            }
+        }
+
+        init(unpacking unpacker: inout Unpacker) throws(CodecError) {
+            switch try unpacker.unpackCase() {
+            case 0: self = .add(try unpacker.unpack())
+            case let other: throw unpacker.unknownCase(other, of: Event.self)
+            }
+        }
     }
 
     enum Effect: Sendable {
@@ -30,9 +48,31 @@ enum Tally {
         }
     )
 
-    /// A group of Tally entities on `store`, without snapshots, its effects counted by `counter`.
-    static func group(on store: any EventStore, counter: Counter) -> DurableLoopGroup<Int, Int, Event, Effect> {
-        DurableLoopGroup(program: program, effects: counter.router, store: store, snapshotEvery: nil)
+    /// A group of Tally entities on `store`, without snapshots, its effects counted by `counter`; its
+    /// events packed, or in the `Codable` form when `codable`.
+    static func group(
+        on store: any EventStore,
+        counter: Counter,
+        codable: Bool = false,
+        passivation: DurableLoopGroup<Int, Int, Event, Effect>.Passivation = .never
+    ) -> DurableLoopGroup<Int, Int, Event, Effect> {
+        codable
+            ? DurableLoopGroup(
+                program: program,
+                effects: counter.router,
+                store: store,
+                snapshotEvery: nil,
+                passivation: passivation
+            )
+            : DurableLoopGroup(
+                program: program,
+                effects: counter.router,
+                store: store,
+                events: PackedCodec<Event>(),
+                states: PackedCodec<Int>(),
+                snapshotEvery: nil,
+                passivation: passivation
+            )
     }
 
     /// Sends `events` `.add(1)` round-robin to `entities` entities on `store`, each durable before its
@@ -151,56 +191,77 @@ extension Workloads {
     }
 
     /// w8: entities with 10 events each on disk, every one recovered (the store opened, its snapshot-less
-    /// streams read back and folded through the update). Raw: decoding and folding the same events in a
-    /// plain loop.
+    /// streams read back and folded through the update), with the events packed (the figure) and in the
+    /// `Codable` form (`codable_per_sec`), in turn. Raw: decoding and folding the same events in a plain
+    /// loop (`raw_per_sec` packed, `codable_raw_per_sec` `Codable`).
     static func w8(_ sizes: Sizes) async throws -> Outcome {
         let entities = sizes.w8Entities
         let perEntity = 10
-        let directory = scratchStore("w8")
-        defer { removeTree(directory) }
-        let codec = BinaryCodec<Tally.Event>()
-        let payload = try codec.encode(.add(1))
-        do {
+        let packed = PackedCodec<Tally.Event>()
+        let codable = BinaryCodec<Tally.Event>()
+        let directories = [scratchStore("w8"), scratchStore("w8codable")]
+        defer { directories.forEach(removeTree) }
+        for (directory, payload) in zip(directories, [packed.encode(.add(1)), try codable.encode(.add(1))]) {
             let store = try FileEventStore(directory: directory)
             try await fill(store, streams: entities, each: Array(repeating: payload, count: perEntity)) { "\($0)" }
             await store.close()
         }
-        var rates: [Double] = []
+        var rates: [[Double]] = [[], []]
         var ok = true
         for _ in 0..<sizes.runs {
-            let counter = Tally.Counter()
-            let start = ContinuousClock.now
-            let store = try FileEventStore(directory: directory)
-            let group = Tally.group(on: store, counter: counter)
-            let running = Task { try await group.run() }
-            for entity in 0..<entities { group.wake(entity) }
-            while group.recoveries < entities { try? await Task.sleep(for: .microseconds(500)) }
-            let elapsed = ContinuousClock.now - start
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            let recovered = (0..<entities).count { group.state(of: $0) == perEntity }
-            group.stop()
-            _ = try await running.value
-            await store.close()
-            ok = ok && recovered == entities
-            rates.append(Double(entities * perEntity) / seconds)
+            for (index, directory) in directories.enumerated() {
+                let (rate, recovered) = try await recover(
+                    directory,
+                    entities: entities,
+                    each: perEntity,
+                    codable: index == 1
+                )
+                ok = ok && recovered
+                rates[index].append(rate)
+            }
         }
         let events = entities * perEntity
-        let rawSeconds = try await Measure.seconds {
+        func raw(_ decode: ([UInt8]) throws -> Tally.Event, _ payload: [UInt8]) throws -> Double {
             var totals = [Int](repeating: 0, count: entities)
+            let start = ContinuousClock.now
             for index in 0..<events {
-                if case .add(let amount) = try codec.decode(payload) { totals[index % entities] += amount }
+                if case .add(let amount) = try decode(payload) { totals[index % entities] += amount }
             }
+            let elapsed = ContinuousClock.now - start
             ok = ok && totals.allSatisfy { $0 == perEntity }
+            return Double(events) / (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
         }
+        let rawPacked = try raw(packed.decode, packed.encode(.add(1)))
+        let rawCodable = try raw(codable.decode, try codable.encode(.add(1)))
         return Outcome(
             workload: "w8",
             title: "events/s recovered: \(entities) entities x \(perEntity) events, store opened and each recovered",
-            perSecond: Measure.median(rates),
-            rawPerSecond: Double(events) / rawSeconds,
+            perSecond: Measure.median(rates[0]),
+            rawPerSecond: rawPacked,
             runs: sizes.runs,
             ok: ok,
-            rates: rates
+            extra: [("codable_per_sec", Measure.median(rates[1])), ("codable_raw_per_sec", rawCodable)],
+            rates: rates[0]
         )
+    }
+
+    /// Opens the store in `directory` and recovers its `entities` entities (each `each` events long): the
+    /// events recovered a second, and whether every entity came back whole.
+    static func recover(_ directory: String, entities: Int, each: Int, codable: Bool) async throws -> (Double, Bool) {
+        let counter = Tally.Counter()
+        let start = ContinuousClock.now
+        let store = try FileEventStore(directory: directory)
+        let group = Tally.group(on: store, counter: counter, codable: codable)
+        let running = Task { try await group.run() }
+        for entity in 0..<entities { group.wake(entity) }
+        while group.recoveries < entities { try? await Task.sleep(for: .microseconds(500)) }
+        let elapsed = ContinuousClock.now - start
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let recovered = (0..<entities).count { group.state(of: $0) == each }
+        group.stop()
+        _ = try await running.value
+        await store.close()
+        return (Double(entities * each) / seconds, recovered == entities)
     }
 
     /// w9: entities each sent one event, with at most 10,000 live (the rest passivated); the peak
@@ -214,13 +275,7 @@ extension Workloads {
         Measure.resetPeak()
         let store = try FileEventStore(directory: directory)
         let counter = Tally.Counter()
-        let group = DurableLoopGroup<Int, Int, Tally.Event, Tally.Effect>(
-            program: Tally.program,
-            effects: counter.router,
-            store: store,
-            snapshotEvery: nil,
-            passivation: .init(maximumLive: 10_000)
-        )
+        let group = Tally.group(on: store, counter: counter, passivation: .init(maximumLive: 10_000))
         let running = Task { try await group.run() }
         var maximumLive = 0
         let seconds = await Measure.seconds {

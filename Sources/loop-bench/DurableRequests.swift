@@ -8,14 +8,44 @@ import LoopSupport
 
 /// An account that answers each deposit with its balance; `growing` ones also keep every amount, so
 /// their state grows by one entry per event (w15's hot entity).
+///
+/// Events, states and answers are stored packed (``PackedCodec``), as a service's hot path would be.
 enum Deposits {
-    enum Event: Codable, Sendable {
+    enum Event: Codable, Packable, Sendable {
         case deposit(Int, replyTo: ReplyTo<Int>)
+
+        func pack(into packer: inout Packer) {
+            switch self {
+            case .deposit(let amount, let replyTo):
+                packer.pack(case: 0)
+                packer.pack(amount)
+                packer.pack(replyTo)
+            }
+        }
+
+        init(unpacking unpacker: inout Unpacker) throws(CodecError) {
+            switch try unpacker.unpackCase() {
+            case 0: self = .deposit(try unpacker.unpack(), replyTo: try unpacker.unpack())
+            case let other: throw unpacker.unknownCase(other, of: Event.self)
+            }
+        }
     }
 
-    struct State: Codable, Sendable {
+    struct State: Codable, Packable, Sendable {
         var balance = 0
         var entries: [Int] = []
+
+        init() {}
+
+        func pack(into packer: inout Packer) {
+            packer.pack(balance)
+            packer.pack(entries)
+        }
+
+        init(unpacking unpacker: inout Unpacker) throws(CodecError) {
+            balance = try unpacker.unpack()
+            entries = try unpacker.unpack()
+        }
     }
 
     enum Effect: Sendable {
@@ -34,7 +64,7 @@ enum Deposits {
                 }
             }
         )
-        .replying { if case .answer(let reply) = $0 { reply } else { nil } }
+        .replying({ if case .answer(let reply) = $0 { reply } else { nil } }, codec: PackedCodec<Int>())
     }
 
     typealias Group = DurableLoopGroup<Int, State, Event, Effect>
@@ -113,6 +143,8 @@ extension Workloads {
                 program: Deposits.program(growing: false),
                 effects: EffectRouter(),
                 store: store,
+                events: PackedCodec<Deposits.Event>(),
+                states: PackedCodec<Deposits.State>(),
                 snapshotEvery: nil
             )
             let running = Task { try await group.run() }
@@ -168,6 +200,8 @@ extension Workloads {
                     program: Deposits.program(growing: true),
                     effects: EffectRouter(),
                     store: store,
+                    events: PackedCodec<Deposits.Event>(),
+                    states: PackedCodec<Deposits.State>(),
                     snapshotEvery: snapshots ? 1_000 : nil
                 )
                 let running = Task { try await group.run() }

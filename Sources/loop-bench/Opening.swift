@@ -15,7 +15,7 @@ extension Workloads {
         let perStream = events / streams
         let directory = scratchStore("w16")
         defer { removeTree(directory) }
-        let payload = try BinaryCodec<Tally.Event>().encode(.add(1))
+        let payload = PackedCodec<Tally.Event>().encode(.add(1))
         var versions = [UInt64](repeating: UInt64(perStream), count: streams)
         do {
             let store = try FileEventStore(directory: directory)
