@@ -10,8 +10,9 @@
 ///
 /// Version 1 writes the codec's bytes alone, as an unversioned codec does, and bytes without a version
 /// are read as version 1: wrapping today's codec as version 1 changes nothing stored. Later versions
-/// begin with `0xFE "SV"` and the version (a LEB128 varint), then the codec's bytes (neither built-in
-/// codec begins that way; a codec of your own must not either). Decoding bytes of a version the codec
+/// begin with `0xFE "SV"` and the version (a LEB128 varint), then the codec's bytes; so do version 1's
+/// bytes when the codec's own begin that way (``BinaryCodec``'s and JSON never do; a ``PackedCodec``'s
+/// or your own codec's may), so they are never mistaken for a later version's. Decoding bytes of a version the codec
 /// has no upcaster for, or of a later version than its own, is a ``CodecError`` naming the type and
 /// both versions: recovery turns it into a failure naming the stream and the record's version.
 public struct VersionedCodec<Value>: EventCodec {
@@ -55,7 +56,9 @@ public struct VersionedCodec<Value>: EventCodec {
     /// The bytes of `value`, in this version's form.
     public func encode(_ value: Value) throws -> [UInt8] {
         let bytes = try codec.encode(value)
-        guard version > 1 else { return bytes }
+        // Version 1 is the codec's bytes alone, unless they begin as the marker does: then they say their
+        // version too, so they are not read as a later one.
+        guard version > 1 || bytes.starts(with: Self.marker) else { return bytes }
         var tagged = Self.marker
         BinaryTag.putVarint(UInt64(version), &tagged)
         return tagged + bytes

@@ -258,6 +258,79 @@ import Testing
         #expect(decoded > 0)
     }
 
+    /// Two numbers whose packed bytes begin with what the durable loop's records and `VersionedCodec`
+    /// begin theirs with (`0xFF "EL"`: 8,959 then 76; `0xFE "SV"`: 10,750 then 86).
+    struct Pair: Packable, Equatable {
+        var first: UInt64
+        var second: UInt64
+
+        static let recordMarker = Pair(first: 8_959, second: 76)
+        static let versionMarker = Pair(first: 10_750, second: 86)
+
+        init(first: UInt64, second: UInt64) { (self.first, self.second) = (first, second) }
+
+        func pack(into packer: inout Packer) {
+            packer.pack(first)
+            packer.pack(second)
+        }
+
+        init(unpacking unpacker: inout Unpacker) throws(CodecError) {
+            first = try unpacker.unpack()
+            second = try unpacker.unpack()
+        }
+    }
+
+    /// A codec may write bytes that begin as a durable record's layout or a versioned form's marker
+    /// does; the store and `VersionedCodec` keep telling them apart, so they come back as they went.
+    @Test func valuesThatBeginAsTheMarkersDoComeBack() async throws {
+        #expect(PackedCodec<Pair>().encode(.recordMarker) == [0xFF, 0x45, 0x4C])
+        #expect(PackedCodec<Pair>().encode(.versionMarker) == [0xFE, 0x53, 0x56])
+        let versioned = VersionedCodec(version: 1, codec: PackedCodec<Pair>())
+        #expect(try versioned.decode(versioned.encode(.versionMarker)) == .versionMarker)
+        #expect(try versioned.encode(.recordMarker) == [0xFF, 0x45, 0x4C])
+
+        let store = InMemoryEventStore()
+        let program = DurableProgram<Pair, Pair, Never>(
+            initial: Pair(first: 0, second: 0),
+            update: .init { state, event in
+                state = event
+                return []
+            }
+        )
+        // Each loop recovers what the one before stored: an event, a snapshot, a snapshot and an event.
+        for event in [Pair.recordMarker, .recordMarker, .versionMarker, .recordMarker] {
+            let loop = DurableLoop(
+                stream: "pairs",
+                program: program,
+                effects: .init(),
+                store: store,
+                events: versioned,
+                states: versioned,
+                snapshotEvery: 2
+            )
+            let running = Task { try await loop.run() }
+            _ = try await loop.sendDurably(event)
+            #expect(try await loop.durableState() == event)
+            loop.stop()
+            _ = try await running.value
+        }
+        // A graceful stop saves the snapshots due: the last, at version 4, holds the record's marker.
+        #expect(try await store.latestSnapshot(of: "pairs")?.version == 4)
+        let loop = DurableLoop(
+            stream: "pairs",
+            program: program,
+            effects: .init(),
+            store: store,
+            events: versioned,
+            states: versioned,
+            snapshotEvery: 2
+        )
+        let running = Task { try await loop.run() }
+        #expect(try await loop.durableState() == .recordMarker)
+        loop.stop()
+        _ = try await running.value
+    }
+
     /// A durable group whose events and states are packed records every event and recovers from them.
     @Test func aDurableGroupRecoversPackedEvents() async throws {
         let store = InMemoryEventStore()

@@ -4,6 +4,10 @@
 /// this package begins with (`0xFF "EL"`, then a format byte), then what the loop keeps, then the
 /// codec's bytes.
 ///
+/// The codec's bytes alone are written only when they do not begin with the marker themselves; those
+/// that do are written as an event with an empty note (marker, 1, 0, event) or a snapshot of layout 4
+/// with no parts (marker, 4, 0, state), which every release reads.
+///
 /// Event with a note:    marker, 1, flags (1: key, 2: answers, 4: timers), [key entry], [count, answers],
 ///                       [timers], event
 /// A note alone:         marker, 3, flags, the same parts, and no event (a record of timers that started)
@@ -48,7 +52,12 @@ enum RecordEnvelope {
     /// batch before it is written.)
     @usableFromInline
     static func event(_ event: [UInt8]?, note: EventNote?) -> [UInt8] {
-        guard let note, !note.isEmpty else { return event ?? [] }
+        guard let note, !note.isEmpty else {
+            // The codec's bytes alone, unless they begin as the marker does (a codec of the program's own
+            // may write anything): those go behind an empty note, so they are not read as a layout.
+            guard let event, event.starts(with: marker) else { return event ?? [] }
+            return marker + [noted, 0] + event
+        }
         let throttled = note.timers.isThrottled
         let layout =
             if note.revision != nil {
@@ -116,7 +125,11 @@ enum RecordEnvelope {
         revision: UInt32 = 1
     ) -> [UInt8] {
         let keys = keys.flatMap { $0.count > 0 ? $0 : nil }
-        guard keys != nil || !timers.isEmpty || revision != 1 else { return state }
+        guard keys != nil || !timers.isEmpty || revision != 1 else {
+            // As for events: a state whose bytes begin as the marker does goes behind an empty layout.
+            guard state.starts(with: marker) else { return state }
+            return marker + [kept, 0] + state
+        }
         var bytes = marker
         if revision != 1 {
             bytes.append(keptRevision)
