@@ -221,12 +221,57 @@ import Testing
         )
         #expect(
             try failure(Double.self, [1, 2, 3])
-                == "cannot decode Double: at byte 0 of 3: the bytes end inside a 8-byte number"
+                == "cannot decode Double: at byte 0 of 3: the bytes end inside a number of 8 bytes"
         )
         #expect(
             try failure(UInt64.self, Array(repeating: 0xFF, count: 10) + [0x01])
                 == "cannot decode UInt64: at byte 0 of 11: a number longer than 64 bits"
         )
+    }
+
+    indirect enum Node: Packable {
+        case leaf
+        case children([Node])
+
+        func pack(into packer: inout Packer) {
+            switch self {
+            case .leaf: packer.pack(case: 0)
+            case .children(let nodes):
+                packer.pack(case: 1)
+                packer.pack(nodes)
+            }
+        }
+
+        init(unpacking unpacker: inout Unpacker) throws(CodecError) {
+            switch try unpacker.unpackCase() {
+            case 0: self = .leaf
+            case 1: self = .children(try unpacker.unpack())
+            case let other: throw unpacker.unknownCase(other, of: Node.self)
+            }
+        }
+    }
+
+    /// Bytes that nest a recursive type 100,000 deep fail at the limit instead of exhausting the stack;
+    /// nesting within it comes back.
+    @Test func deepNestingIsAnErrorNotAStackOverflow() throws {
+        let deep = Array(repeating: [UInt8]([1, 1]), count: 100_000).joined() + [0]
+        let error = try #require(throws: CodecError.self) { try PackedCodec<Node>().decode(Array(deep)) }
+        #expect(error.description.hasSuffix("nesting deeper than 512 levels"))
+        let fits = Array(Array(repeating: [UInt8]([1, 1]), count: 200).joined()) + [0]
+        #expect(PackedCodec<Node>().encode(try PackedCodec<Node>().decode(fits)) == fits)
+    }
+
+    /// Any case number goes and comes back, and one a type does not know is reported where it begins.
+    @Test func caseNumbersOfAnySizeComeBackAndAreReportedWhereTheyBegin() throws {
+        for index in [0, 127, 128, -1, .max, .min] {
+            var packer = Packer()
+            packer.pack(case: index)
+            var unpacker = Unpacker(packer.bytes)
+            #expect(try unpacker.unpackCase() == index)
+            #expect(unpacker.isAtEnd)
+        }
+        let multibyte = try #require(throws: CodecError.self) { try PackedCodec<Account>().decode([0x80, 0x01]) }
+        #expect(multibyte.description == "cannot decode Account: at byte 0 of 2: no case 128 in Account")
     }
 
     /// A count or length from damaged bytes cannot make the reader allocate or loop past the bytes there

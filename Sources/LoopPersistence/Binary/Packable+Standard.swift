@@ -198,8 +198,10 @@ extension Array: Packable where Element: Packable {
     public init(unpacking unpacker: inout Unpacker) throws(CodecError) {
         let count = try unpacker.unpackCount()
         var elements: [Element] = []
-        elements.reserveCapacity(count)
-        for _ in 0..<count { elements.append(try Element(unpacking: &unpacker)) }
+        // Room for the elements the bytes could hold, up to a point: past it the array grows as they
+        // come, so a damaged count cannot reserve gigabytes before its first element fails.
+        elements.reserveCapacity(Swift.min(count, 4_096))
+        for _ in 0..<count { elements.append(try unpacker.unpack(Element.self)) }
         self = elements
     }
 }
@@ -222,7 +224,7 @@ extension Optional: Packable where Wrapped: Packable {
         let start = unpacker.position
         switch try unpacker.unpackVarint() {
         case 0: self = .none
-        case 1: self = .some(try Wrapped(unpacking: &unpacker))
+        case 1: self = .some(try unpacker.unpack(Wrapped.self))
         case let other: throw unpacker.failure("\(other) where an optional's 0 or 1 was expected", at: start)
         }
     }

@@ -76,8 +76,8 @@ public struct PackedCodec<Value: Packable>: EventCodec {
     }
 }
 
-/// Where a ``Packable`` value writes its parts: numbers as variable-length integers (small ones in one
-/// byte), strings and byte arrays after their length.
+/// Where a ``Packable`` value writes its parts: integers as variable-length integers (small ones in one
+/// byte), floating-point numbers as their 8 or 4 bytes, strings and byte runs after their length.
 public struct Packer: Sendable {
     /// The bytes written so far.
     @inlinable
@@ -99,7 +99,8 @@ public struct Packer: Sendable {
         value.pack(into: &self)
     }
 
-    /// Writes which case of an enumeration follows; read back with ``Unpacker/unpackCase()``.
+    /// Writes which case of an enumeration follows (any `Int`, though small ones take one byte); read
+    /// back with ``Unpacker/unpackCase()``.
     @inlinable
     public mutating func pack(case index: Int) {
         pack(UInt64(truncatingIfNeeded: index))
@@ -122,7 +123,9 @@ public struct Packer: Sendable {
         pack(UInt64(bitPattern: (value << 1) ^ (value >> 63)))
     }
 
-    /// Writes `bytes` after their count.
+    /// Writes `bytes` after their count, as they are; read them back with ``Unpacker/unpackBytes()``.
+    /// (A `[UInt8]` given to `pack(_:)` is an array of numbers instead, each a variable-length integer,
+    /// read back with ``Unpacker/unpack(_:)``.)
     @inlinable
     public mutating func pack(bytes more: some Collection<UInt8>) {
         pack(UInt64(more.count))
@@ -150,6 +153,18 @@ public struct Unpacker: Sendable {
     @usableFromInline
     var offset: Int
 
+    /// How many ``unpack(_:)`` calls are under way, one inside the other.
+    @usableFromInline
+    var depth = 0
+
+    /// Where the case number ``unpackCase()`` read last began.
+    @usableFromInline
+    var caseStart = 0
+
+    /// The deepest nesting of ``unpack(_:)`` calls: deeper bytes (damaged, or crafted for a recursive
+    /// type) fail instead of exhausting the stack.
+    public static let maximumDepth = 512
+
     /// An unpacker at the start of `bytes`.
     @inlinable
     public init(_ bytes: [UInt8]) {
@@ -165,24 +180,28 @@ public struct Unpacker: Sendable {
     @inlinable
     public var remaining: Int { bytes.count - position }
 
-    /// A value of type `T` (through its ``Packable/init(unpacking:)``).
+    /// A value of type `T` (through its ``Packable/init(unpacking:)``), nested at most
+    /// ``maximumDepth`` deep: a recursive type's parts read through this, never its initializer
+    /// directly, so damaged bytes cannot nest it past the stack.
     @inlinable
     public mutating func unpack<T: Packable>(_ type: T.Type = T.self) throws(CodecError) -> T {
-        try T(unpacking: &self)
+        guard depth < Self.maximumDepth else { throw failure("nesting deeper than \(Self.maximumDepth) levels") }
+        depth += 1
+        defer { depth -= 1 }
+        return try T(unpacking: &self)
     }
 
     /// Which case of an enumeration follows (what ``Packer/pack(case:)`` wrote).
     @inlinable
     public mutating func unpackCase() throws(CodecError) -> Int {
-        let start = position
-        let index = try unpackVarint()
-        guard index <= UInt64(Int.max) else { throw failure("a case number out of range", at: start) }
-        return Int(index)
+        caseStart = position
+        return Int(truncatingIfNeeded: try unpackVarint())
     }
 
-    /// The error for a case number that `type` does not have, at the case's byte.
+    /// The error for a case number that `type` does not have, at the first byte of the case number
+    /// ``unpackCase()`` read last.
     public func unknownCase(_ index: Int, of type: Any.Type) -> CodecError {
-        failure("no case \(index) in \(type)", at: position - 1)
+        failure("no case \(index) in \(type)", at: caseStart)
     }
 
     /// An error saying `what` went wrong, at byte `offset` (where reading is now when `nil`): for a
@@ -254,7 +273,7 @@ public struct Unpacker: Sendable {
     /// `count` bytes as a little-endian number: for a part of fixed size.
     @inlinable
     mutating func word(_ count: Int) throws(CodecError) -> UInt64 {
-        guard remaining >= count else { throw failure("the bytes end inside a \(count)-byte number") }
+        guard remaining >= count else { throw failure("the bytes end inside a number of \(count) bytes") }
         var value: UInt64 = 0
         for index in 0..<count { value |= UInt64(bytes[position + index]) << UInt64(8 * index) }
         offset += count

@@ -5,8 +5,9 @@
 /// codec's bytes.
 ///
 /// The codec's bytes alone are written only when they do not begin with the marker themselves; those
-/// that do are written as an event with an empty note (marker, 1, 0, event) or a snapshot of layout 4
-/// with no parts (marker, 4, 0, state), which every release reads.
+/// that do are written as an event with an empty note (marker, 1, 0, event) or a snapshot with no keys
+/// (marker, 2, 0, 0, state), which every release since keys reads. (Such bytes that an earlier release
+/// wrote alone are read as a layout, and fail, as they did then.)
 ///
 /// Event with a note:    marker, 1, flags (1: key, 2: answers, 4: timers), [key entry], [count, answers],
 ///                       [timers], event
@@ -126,9 +127,10 @@ enum RecordEnvelope {
     ) -> [UInt8] {
         let keys = keys.flatMap { $0.count > 0 ? $0 : nil }
         guard keys != nil || !timers.isEmpty || revision != 1 else {
-            // As for events: a state whose bytes begin as the marker does goes behind an empty layout.
+            // As for events: a state whose bytes begin as the marker does goes behind the layout of
+            // keys, with none (capacity 0, count 0), which every release since keys reads.
             guard state.starts(with: marker) else { return state }
-            return marker + [kept, 0] + state
+            return marker + [keyed, 0, 0] + state
         }
         var bytes = marker
         if revision != 1 {
