@@ -72,6 +72,24 @@ import Testing
     }
 
     /// Two spellings of one text are one stream, as in the store's other tables (keyed by `String`).
+    /// Room made ahead (as an index checkpoint's load does) changes no answer, whether the streams that
+    /// come are fewer than the room, as many, or many more (the shards then grow as before); room asked
+    /// for once streams are there changes nothing.
+    @Test func roomMadeAheadAnswersAsATableThatGrew() {
+        for (reserved, added) in [(100_000, 10), (5_000, 5_000), (1_000, 12_000), (0, 3_000)] {
+            var table = StreamTable()
+            table.reserve(reserved)
+            for index in 0..<added {
+                table["s-\(index)"] = Self.entry(version: UInt64(index + 1), tail: index)
+                if index == added / 2 { table.reserve(1_000_000) }
+            }
+            #expect(table.count == added)
+            let wrong = (0..<added).filter { Self.version(of: "s-\($0)", in: table) != UInt64($0 + 1) }
+            #expect(wrong.isEmpty, "reserved \(reserved), added \(added)")
+            #expect(Self.version(of: "s-\(added)", in: table) == 0)
+        }
+    }
+
     @Test func namesSwiftHoldsEqualAreOneStream() {
         var table = StreamTable()
         table["caf\u{E9}"] = Self.entry(version: 1, tail: 1)

@@ -265,6 +265,9 @@ struct IndexCheckpoint {
             location.segment < segments.count && location.offset < segments[location.segment].committed
         }
         var streams = StreamTable()
+        // Each entry takes at least 21 bytes (its name's length, version, tail and flags), so a damaged
+        // count cannot make room for more streams than the bytes can hold.
+        streams.reserve(Int(min(count, UInt64(body / 21))))
         var total: UInt64 = 0
         var read: UInt64 = 0
         while cursor.at < body {

@@ -157,6 +157,13 @@ struct StreamTable: Sendable {
         for (stream, start) in chainStarts where start.packed < limit { chainStarts[stream] = nil }
     }
 
+    /// Makes room for about `streams` streams before they are added (what an index checkpoint says it
+    /// holds), so loading them does not grow and rehash each shard a score of times on the way.
+    mutating func reserve(_ streams: Int) {
+        let each = streams / Self.shardCount
+        for index in shards.indices { shards[index].reserve(each + each / 8) }
+    }
+
     /// Calls `body` with every stream and its entry, in no particular order.
     func forEveryStream<Failure: Error>(_ body: (String, StreamEntry) throws(Failure) -> Void) throws(Failure) {
         for shard in shards {
@@ -295,6 +302,14 @@ struct HeadTable: Sendable {
             )
         }
         for (name, head) in overflow { try body(name, head) }
+    }
+
+    /// Makes an empty table large enough for `names` names below its fill limit, each shard's size set
+    /// apart from the others' as its first capacity is (so they still do not all grow at once).
+    mutating func reserve(_ names: Int) {
+        guard slots.isEmpty, names > 0 else { return }
+        let capacity = (names * 8 / 7 + 1) * initialCapacity / 16
+        slots = Array(repeating: .empty, count: max(initialCapacity, capacity))
     }
 
     private mutating func grow() {
