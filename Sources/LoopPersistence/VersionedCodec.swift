@@ -22,8 +22,9 @@ public struct VersionedCodec<Value>: EventCodec {
     /// Reads a form of an earlier version, up to `earliest` (`nil`: no earlier form is read).
     private let earlier: (@Sendable (_ version: UInt32, _ bytes: [UInt8]) throws -> Value)?
 
-    /// The marker that begins the bytes of a version after the first.
-    static var marker: [UInt8] { [0xFE, 0x53, 0x56] }
+    /// The marker that begins the bytes of a version after the first (kept outside the generic type,
+    /// which cannot store it, so encoding an event does not build it each time).
+    static var marker: [UInt8] { versionMarker }
 
     /// A codec writing version `version` of `Value`'s form with `codec`, and reading no earlier one.
     public init(version: UInt32, codec: some EventCodec<Value>) {
@@ -95,3 +96,6 @@ public struct VersionedCodec<Value>: EventCodec {
         return (UInt32(version), Array(reader.rest))
     }
 }
+
+/// ``VersionedCodec``'s marker: `0xFE "SV"`.
+private let versionMarker: [UInt8] = [0xFE, 0x53, 0x56]

@@ -342,9 +342,8 @@ import Testing
                 return []
             }
         )
-        // Each loop recovers what the one before stored: an event, a snapshot, a snapshot and an event.
-        for event in [Pair.recordMarker, .recordMarker, .versionMarker, .recordMarker] {
-            let loop = DurableLoop(
+        func loop() -> DurableLoop<Pair, Pair, Never> {
+            DurableLoop(
                 stream: "pairs",
                 program: program,
                 effects: .init(),
@@ -353,26 +352,22 @@ import Testing
                 states: versioned,
                 snapshotEvery: 2
             )
-            let running = Task { try await loop.run() }
-            _ = try await loop.sendDurably(event)
-            #expect(try await loop.durableState() == event)
-            loop.stop()
+        }
+        // Each loop recovers what the one before stored: an event, a snapshot, a snapshot and an event.
+        for event in [Pair.recordMarker, .recordMarker, .versionMarker, .recordMarker] {
+            let current = loop()
+            let running = Task { try await current.run() }
+            _ = try await current.sendDurably(event)
+            #expect(try await current.durableState() == event)
+            current.stop()
             _ = try await running.value
         }
         // A graceful stop saves the snapshots due: the last, at version 4, holds the record's marker.
         #expect(try await store.latestSnapshot(of: "pairs")?.version == 4)
-        let loop = DurableLoop(
-            stream: "pairs",
-            program: program,
-            effects: .init(),
-            store: store,
-            events: versioned,
-            states: versioned,
-            snapshotEvery: 2
-        )
-        let running = Task { try await loop.run() }
-        #expect(try await loop.durableState() == .recordMarker)
-        loop.stop()
+        let last = loop()
+        let running = Task { try await last.run() }
+        #expect(try await last.durableState() == .recordMarker)
+        last.stop()
         _ = try await running.value
     }
 

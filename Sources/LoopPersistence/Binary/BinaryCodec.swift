@@ -85,6 +85,7 @@ enum CodingErrors {
 }
 
 /// The tags of the binary form.
+@usableFromInline
 enum BinaryTag {
     static let null: UInt8 = 0
     static let falseValue: UInt8 = 1
@@ -116,6 +117,7 @@ enum BinaryTag {
         max(1, (64 - value.leadingZeroBitCount + 6) / 7)
     }
 
+    @inlinable
     static func putVarint(_ value: UInt64, _ bytes: inout [UInt8]) {
         var value = value
         while value >= 0x80 {

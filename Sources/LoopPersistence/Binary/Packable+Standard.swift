@@ -5,7 +5,7 @@
 
 public import LoopCore
 
-extension Int: Packable {
+extension Packable where Self: FixedWidthInteger & SignedInteger {
     /// Writes the integer zigzag-encoded, as a variable-length integer.
     @inlinable
     public func pack(into packer: inout Packer) { packer.pack(Int64(self)) }
@@ -17,55 +17,7 @@ extension Int: Packable {
     }
 }
 
-extension Int64: Packable {
-    /// Writes the integer zigzag-encoded, as a variable-length integer.
-    @inlinable
-    public func pack(into packer: inout Packer) { packer.pack(self) }
-
-    /// Reads an integer.
-    @inlinable
-    public init(unpacking unpacker: inout Unpacker) throws(CodecError) {
-        self = try unpacker.unpackSigned()
-    }
-}
-
-extension Int32: Packable {
-    /// Writes the integer zigzag-encoded, as a variable-length integer.
-    @inlinable
-    public func pack(into packer: inout Packer) { packer.pack(Int64(self)) }
-
-    /// Reads an integer, refusing one out of range.
-    @inlinable
-    public init(unpacking unpacker: inout Unpacker) throws(CodecError) {
-        self = try unpacker.unpackInteger()
-    }
-}
-
-extension Int16: Packable {
-    /// Writes the integer zigzag-encoded, as a variable-length integer.
-    @inlinable
-    public func pack(into packer: inout Packer) { packer.pack(Int64(self)) }
-
-    /// Reads an integer, refusing one out of range.
-    @inlinable
-    public init(unpacking unpacker: inout Unpacker) throws(CodecError) {
-        self = try unpacker.unpackInteger()
-    }
-}
-
-extension Int8: Packable {
-    /// Writes the integer zigzag-encoded, as a variable-length integer.
-    @inlinable
-    public func pack(into packer: inout Packer) { packer.pack(Int64(self)) }
-
-    /// Reads an integer, refusing one out of range.
-    @inlinable
-    public init(unpacking unpacker: inout Unpacker) throws(CodecError) {
-        self = try unpacker.unpackInteger()
-    }
-}
-
-extension UInt: Packable {
+extension Packable where Self: FixedWidthInteger & UnsignedInteger {
     /// Writes the integer as a variable-length integer.
     @inlinable
     public func pack(into packer: inout Packer) { packer.pack(UInt64(self)) }
@@ -77,53 +29,16 @@ extension UInt: Packable {
     }
 }
 
-extension UInt64: Packable {
-    /// Writes the integer as a variable-length integer.
-    @inlinable
-    public func pack(into packer: inout Packer) { packer.pack(self) }
-
-    /// Reads an integer.
-    @inlinable
-    public init(unpacking unpacker: inout Unpacker) throws(CodecError) {
-        self = try unpacker.unpackVarint()
-    }
-}
-
-extension UInt32: Packable {
-    /// Writes the integer as a variable-length integer.
-    @inlinable
-    public func pack(into packer: inout Packer) { packer.pack(UInt64(self)) }
-
-    /// Reads an integer, refusing one out of range.
-    @inlinable
-    public init(unpacking unpacker: inout Unpacker) throws(CodecError) {
-        self = try unpacker.unpackUnsigned()
-    }
-}
-
-extension UInt16: Packable {
-    /// Writes the integer as a variable-length integer.
-    @inlinable
-    public func pack(into packer: inout Packer) { packer.pack(UInt64(self)) }
-
-    /// Reads an integer, refusing one out of range.
-    @inlinable
-    public init(unpacking unpacker: inout Unpacker) throws(CodecError) {
-        self = try unpacker.unpackUnsigned()
-    }
-}
-
-extension UInt8: Packable {
-    /// Writes the integer as a variable-length integer.
-    @inlinable
-    public func pack(into packer: inout Packer) { packer.pack(UInt64(self)) }
-
-    /// Reads an integer, refusing one out of range.
-    @inlinable
-    public init(unpacking unpacker: inout Unpacker) throws(CodecError) {
-        self = try unpacker.unpackUnsigned()
-    }
-}
+extension Int: Packable {}
+extension Int64: Packable {}
+extension Int32: Packable {}
+extension Int16: Packable {}
+extension Int8: Packable {}
+extension UInt: Packable {}
+extension UInt64: Packable {}
+extension UInt32: Packable {}
+extension UInt16: Packable {}
+extension UInt8: Packable {}
 
 extension Bool: Packable {
     /// Writes 1 for true, 0 for false.

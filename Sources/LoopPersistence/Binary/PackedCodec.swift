@@ -109,12 +109,7 @@ public struct Packer: Sendable {
     /// Writes `value` as a variable-length integer: 7 bits a byte, low bits first.
     @inlinable
     public mutating func pack(_ value: UInt64) {
-        var value = value
-        while value >= 0x80 {
-            written.append(UInt8(truncatingIfNeeded: value) | 0x80)
-            value >>= 7
-        }
-        written.append(UInt8(truncatingIfNeeded: value))
+        BinaryTag.putVarint(value, &written)
     }
 
     /// Writes `value` zigzag-encoded (small negative numbers stay small), as a variable-length integer.
